@@ -1,0 +1,3 @@
+"""Millrace for Django: durable background jobs and workflows as a Django app."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,257 @@
+"""The storage contract: what a provider must do, atomically, for the engine above it.
+
+Providers implement mechanics only. The engine decides *what* happens (retry math, cron,
+continuations, workflow routing) and hands a provider records and transitions to apply
+all-or-nothing. Every "now" a provider needs comes from the :class:`~millrace_django.clock.Clock`
+it was built with; a provider never reads database time or the wall clock.
+
+Race losses are return values (``False``, ``None``, an omitted id); exceptions are for
+contract violations (:class:`~millrace_django.errors.StorageError` and its subclasses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timedelta
+from enum import Flag, auto
+from typing import Protocol, runtime_checkable
+from uuid import UUID
+
+from millrace_django.contract.monitoring import (
+    InstanceQuery,
+    InstanceSummary,
+    JobDetails,
+    JobQuery,
+    JobStatistics,
+    JobSummary,
+    Page,
+    RecurringQuery,
+    RecurringSummary,
+    TenantFilter,
+)
+from millrace_django.contract.records import (
+    BookmarkRecord,
+    ClaimRequest,
+    JobRecord,
+    JobTransition,
+    RecurringRecord,
+    WorkflowInstanceRecord,
+)
+from millrace_django.errors import StorageError
+
+
+class Capabilities(Flag):
+    """What a provider offers beyond the contract; read once, stable for its lifetime."""
+
+    NONE = 0
+    NOTIFICATIONS = auto()
+    """The provider also implements :class:`Notifier`."""
+
+
+@runtime_checkable
+class JobStorage(Protocol):
+    """The durable job substrate."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
+        """Insert ``jobs`` all-or-nothing and return the effective ids positionally.
+
+        - A job whose ``(tenant_id, idempotency_key)`` scope is held by an *active* job
+          (any non-terminal state; a null tenant is one shared scope) is not inserted; its
+          position returns the holder's id. This linearizes with a concurrent terminal
+          release: each position is either the old holder's id or the new job's id.
+        - An ``awaiting`` job is fixed up against its parent in the same atom, serialized
+          with the parent's terminal transition: parent succeeded -> stored ``enqueued``;
+          parent dead or cancelled -> stored ``cancelled`` with ``finished_at``; parent
+          missing -> :class:`~millrace_django.errors.ParentJobNotFound`, nothing stored.
+        - A duplicate job id raises :class:`~millrace_django.errors.DuplicateJobId`,
+          nothing stored.
+        - Callers only insert ``scheduled``, ``enqueued`` or ``awaiting`` jobs and never
+          repeat a non-null key within one batch. An empty batch is a no-op.
+        """
+        ...
+
+    def claim(self, request: ClaimRequest) -> list[JobRecord]:
+        """Lease up to ``max_count`` claimable jobs of the requested queues, exclusively.
+
+        Claimable: ``enqueued``, or ``processing`` with ``lease_until <= now``. Never
+        ``scheduled``, ``failed`` or ``awaiting``, whatever their due time. A claimed job
+        becomes ``processing`` with ``worker_id``, ``lease_until = now + lease`` and
+        ``attempt + 1``. Order: priority descending, then insertion order, across the
+        union of queues. Reclaiming an expired lease records an ``interrupted`` attempt
+        for the previous attempt, in the same atom. Returning fewer jobs is conformant.
+        """
+        ...
+
+    def renew_leases(self, worker_id: str, ids: Collection[UUID], lease: timedelta) -> set[UUID]:
+        """Set ``lease_until = now + lease`` on each job still ``processing`` under
+        ``worker_id`` (an expired but unreclaimed lease is revived), atomically per job
+        against claims. Returns the renewed ids *minus* those with ``cancel_requested``:
+        an omitted id means "cancel requested or lost", and the worker checks which."""
+        ...
+
+    def apply(self, transition: JobTransition) -> bool:
+        """Apply a worker's fenced transition with all its side effects, all-or-nothing.
+
+        The fence ``(state = processing, worker_id, attempt)`` is checked first; a failed
+        fence returns ``False`` and changes nothing. Then, in one atom: the target state
+        and its fields (terminal: ``finished_at``, worker and lease cleared, key scope
+        released but the key kept, ``last_error`` kept unless a new error is given;
+        ``succeeded`` stores ``result``; ``failed``: ``due_at``, ``last_error``,
+        ``failures``; ``enqueued`` (a release): worker, lease and ``due_at`` cleared), the
+        attempt-history row, the checkpoint, bookmarks, inserts (with :meth:`enqueue`
+        semantics, a held key skipped silently, and this transition's own key release
+        already visible), activation of direct ``awaiting`` children, cancellation of the
+        transitive ``awaiting`` closure. A stale or missing checkpoint revision raises
+        :class:`~millrace_django.errors.ConcurrencyConflict` and rolls everything back.
+        """
+        ...
+
+    def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
+        """Apply several transitions together (one round trip where the store allows it).
+
+        Each position is fenced and all-or-nothing on its own, exactly as :meth:`apply`,
+        and reports its own outcome: ``True``, ``False`` for a failed fence, or the
+        :class:`~millrace_django.errors.StorageError` that :meth:`apply` would have raised
+        (that transition changed nothing; the others are unaffected). Nothing raises for
+        one position's sake."""
+        ...
+
+    def try_cancel(self, job_id: UUID) -> bool:
+        """Cancel atomically. Pre-active (``scheduled``, ``enqueued``, ``failed``,
+        ``awaiting``): ``cancelled`` with ``finished_at``, key released, the transitive
+        ``awaiting`` closure cancelled too; ``True``. ``processing``: only sets
+        ``cancel_requested`` (which never blocks the worker's fence); ``True``. Terminal
+        or unknown: ``False``, nothing changes."""
+        ...
+
+    def try_run_now(self, job_id: UUID) -> bool:
+        """Move a ``failed`` job (awaiting its retry) to ``enqueued`` now, ``due_at``
+        cleared, counters and error untouched. Anything else: ``False``."""
+        ...
+
+    def get_job(self, job_id: UUID) -> JobRecord | None:
+        """An unfenced snapshot of one job."""
+        ...
+
+    def activate_due(self, now: datetime, limit: int) -> int:
+        """Move up to ``limit`` ``scheduled``/``failed`` jobs with ``due_at <= now`` to
+        ``enqueued`` (``due_at`` cleared), oldest due first, ties by insertion order.
+        Safe on every node at once: each job is activated exactly once."""
+        ...
+
+    def purge_finished(self, before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` terminal jobs finished before ``before`` (and their
+        attempt history), oldest first. Never touches an active job. Returns the count."""
+        ...
+
+    def upsert_recurring(self, record: RecurringRecord) -> None:
+        """Insert, or update in one atom: cron, time zone, queue, invocation, retry,
+        priority, tenant and ``updated_at`` are overwritten; ``next_fire_time`` is taken
+        from ``record`` only if the schedule (cron or time zone) changed;
+        ``last_fire_time`` and ``created_at`` are always kept."""
+        ...
+
+    def get_recurring(self, recurring_id: str) -> RecurringRecord | None: ...
+
+    def remove_recurring(self, recurring_id: str) -> bool:
+        """Delete the definition only (fired jobs keep ``recurring_id``). Whether it
+        existed."""
+        ...
+
+    def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
+        """Definitions with ``next_fire_time <= now``, most overdue first, at most
+        ``limit``. A plain read: firing is :meth:`try_fire_recurring`'s job."""
+        ...
+
+    def try_fire_recurring(
+        self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
+    ) -> bool:
+        """Compare-and-set on ``next_fire_time == expected``: if it wins, set
+        ``next_fire_time``, ``last_fire_time = expected`` and insert ``job`` in one atom.
+        Unknown id or stale ``expected``: ``False``, nothing inserted."""
+        ...
+
+
+@runtime_checkable
+class WorkflowStorage(Protocol):
+    """Workflow instances (checkpointed documents) and bookmarks (durable waits)."""
+
+    def create_instance(
+        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+    ) -> None:
+        """Store ``instance`` with revision 1 (whatever it carries) and insert
+        ``enqueue`` in the same atom, so a started instance is never stranded without its
+        first job. A duplicate id raises
+        :class:`~millrace_django.errors.ConcurrencyConflict`; nothing is stored."""
+        ...
+
+    def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None: ...
+
+    def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
+        """Replace the instance iff its stored revision is ``expected_revision``, writing
+        ``expected_revision + 1``. Stale or missing (indistinguishable) raises
+        :class:`~millrace_django.errors.ConcurrencyConflict`."""
+        ...
+
+    def add_bookmark(self, bookmark: BookmarkRecord) -> None: ...
+
+    def consume_bookmark(
+        self,
+        signal_name: str,
+        correlation_id: str,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        """Delete and return the oldest matching bookmark (``created_at``, then id in
+        RFC 4122 byte order), at most once under any concurrency; ``None`` if none waits.
+        The jobs ``enqueue`` builds from the consumed bookmark are inserted in the same
+        atom, so a delivered signal is never lost between the two."""
+        ...
+
+
+@runtime_checkable
+class MonitoringStorage(Protocol):
+    """The dashboard's read model; see :mod:`millrace_django.contract.monitoring`."""
+
+    def get_statistics(self, tenant: TenantFilter) -> JobStatistics:
+        """Counts for every job and instance state (zeros included), ``enqueued`` jobs per
+        queue, recurring definitions and those overdue by the injected clock."""
+        ...
+
+    def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
+        """Newest first (``created_at``, then id, descending); keyset-paged."""
+        ...
+
+    def get_job_details(self, job_id: UUID) -> JobDetails | None: ...
+
+    def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
+        """Soonest first (``next_fire_time``, then id, ascending); keyset-paged."""
+        ...
+
+    def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
+        """Newest first (``created_at``, then id, descending); keyset-paged."""
+        ...
+
+
+@runtime_checkable
+class WakeupSubscription(Protocol):
+    """A live subscription to wake-up hints for a set of queues."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; ``True`` if a hint arrived (hints coalesce)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Notifier(Protocol):
+    """Optional "look now" hints, fired after commit when jobs become claimable.
+
+    Hints may be dropped, duplicated or spurious: correctness never rests on them, the
+    worker's poll ceiling does.
+    """
+
+    def listen(self, queues: Collection[str]) -> WakeupSubscription: ...

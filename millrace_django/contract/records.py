@@ -1,0 +1,164 @@
+"""The records a storage persists and the commands it applies.
+
+Records are plain frozen data: the engine computes them, a provider stores them. Times are
+timezone-aware UTC; JSON values are what :mod:`json` round-trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TypeAlias
+from uuid import UUID
+
+from millrace_django.contract.states import InstanceState, JobState
+
+JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Invocation:
+    """What to run: a dotted target and JSON arguments, bound at enqueue."""
+
+    target: str
+    args: Sequence[JSON] = ()
+    kwargs: Mapping[str, JSON] = field(default_factory=dict)
+
+
+class RetryKind(StrEnum):
+    NONE = "none"
+    FIXED = "fixed"
+    EXPONENTIAL = "exponential"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetrySpec:
+    """A retry policy as stored on each job (resolved at enqueue, so config changes
+    affect only later jobs). ``max_attempts`` counts every execution, the first included."""
+
+    kind: RetryKind = RetryKind.NONE
+    max_attempts: int = 1
+    base_delay: timedelta = timedelta(0)
+    max_delay: timedelta = timedelta(0)
+    jitter: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRecord:
+    """One job row. ``attempt`` counts claims; ``failures`` counts recorded failures."""
+
+    id: UUID
+    queue: str
+    invocation: Invocation
+    state: JobState
+    created_at: datetime
+    priority: int = 0
+    due_at: datetime | None = None
+    worker_id: str | None = None
+    lease_until: datetime | None = None
+    attempt: int = 0
+    failures: int = 0
+    cancel_requested: bool = False
+    retry: RetrySpec = field(default_factory=RetrySpec)
+    timeout: timedelta | None = None
+    idempotency_key: str | None = None
+    tenant_id: str | None = None
+    parent_id: UUID | None = None
+    requeued_from: UUID | None = None
+    trace_parent: str | None = None
+    recurring_id: str | None = None
+    last_error: str | None = None
+    result: JSON = None
+    finished_at: datetime | None = None
+    workflow_instance_id: UUID | None = None
+    activity_node_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowInstanceRecord:
+    """A durable workflow instance; ``revision`` is its checkpoint counter and fence."""
+
+    id: UUID
+    definition_id: str
+    definition_version: int
+    state: InstanceState
+    data: JSON
+    created_at: datetime
+    updated_at: datetime
+    cursor: JSON = None
+    revision: int = 1
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowCheckpoint:
+    """Replace ``instance`` iff the stored revision still equals ``expected_revision``."""
+
+    instance: WorkflowInstanceRecord
+    expected_revision: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BookmarkRecord:
+    """A durable wait for one signal; consumed at most once."""
+
+    id: UUID
+    instance_id: UUID
+    signal_name: str
+    correlation_id: str
+    created_at: datetime
+    payload_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTransition:
+    """A worker's fenced command: move one job and commit every side effect with it.
+
+    The fence is ``(state = processing, worker_id = expected_worker_id,
+    attempt = expected_attempt)``. ``failures`` is the new value, computed by the engine.
+    """
+
+    job_id: UUID
+    expected_worker_id: str
+    expected_attempt: int
+    target: JobState
+    failures: int
+    due_at: datetime | None = None
+    error: str | None = None
+    finished_at: datetime | None = None
+    result: JSON = None
+    enqueue: Sequence[JobRecord] = ()
+    checkpoint: WorkflowCheckpoint | None = None
+    bookmarks: Sequence[BookmarkRecord] = ()
+    activate_continuations: bool = False
+    cancel_continuations: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRequest:
+    """Lease up to ``max_count`` claimable jobs from ``queues`` to ``worker_id``."""
+
+    worker_id: str
+    queues: frozenset[str]
+    max_count: int
+    lease: timedelta
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecurringRecord:
+    """A cron definition; ``next_fire_time`` doubles as its compare-and-set fence."""
+
+    id: str
+    cron: str
+    queue: str
+    invocation: Invocation
+    next_fire_time: datetime
+    created_at: datetime
+    updated_at: datetime
+    timezone: str = "UTC"
+    retry: RetrySpec = field(default_factory=RetrySpec)
+    priority: int = 0
+    tenant_id: str | None = None
+    last_fire_time: datetime | None = None
