@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "millrace-sample-not-secret")
@@ -52,6 +53,35 @@ DATABASES = {
         "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
     }
 }
+
+
+def _server_database(url: str) -> dict[str, object]:
+    """A DATABASES entry from ``postgres://`` or ``mysql://`` URLs (the test servers)."""
+    parts = urlsplit(url)
+    engine = {
+        "postgres": "django.db.backends.postgresql",
+        "postgresql": "django.db.backends.postgresql",
+        "mysql": "django.db.backends.mysql",
+        "mariadb": "django.db.backends.mysql",
+    }[parts.scheme]
+    entry: dict[str, object] = {
+        "ENGINE": engine,
+        "NAME": parts.path.lstrip("/"),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "TEST": {"NAME": "test_" + parts.path.lstrip("/")},
+    }
+    if engine.endswith("mysql"):
+        entry["OPTIONS"] = {"charset": "utf8mb4", "isolation_level": "read committed"}
+    return entry
+
+
+# The job storage may live in its own alias; the test suite binds the kit to each of these.
+for _alias, _variable in (("postgres", "MILLRACE_TEST_POSTGRES_URL"), ("mariadb", "MILLRACE_TEST_MARIADB_URL")):
+    if os.environ.get(_variable):
+        DATABASES[_alias] = _server_database(os.environ[_variable])
 
 USE_TZ = True
 TIME_ZONE = "UTC"

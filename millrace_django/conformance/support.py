@@ -150,7 +150,9 @@ def make_bookmark(clock: FakeClock, instance_id: UUID, **fields: Any) -> Bookmar
     return BookmarkRecord(**values)
 
 
-def make_recurring(clock: FakeClock, recurring_id: str = "nightly", **fields: Any) -> RecurringRecord:
+def make_recurring(
+    clock: FakeClock, recurring_id: str = "nightly", **fields: Any
+) -> RecurringRecord:
     values: dict[str, Any] = {
         "id": recurring_id,
         "cron": "0 3 * * *",
@@ -168,7 +170,7 @@ def later(instant: datetime, **delta: float) -> datetime:
     return instant + timedelta(**delta)
 
 
-def race(store: StoreUnderTest, actions: Sequence[Callable[[], T]]) -> list[T]:
+def race[T](store: StoreUnderTest, actions: Sequence[Callable[[], T]]) -> list[T]:
     """Run ``actions`` on their own threads, released together by a barrier.
 
     Returns their results positionally; re-raises the first exception any racer raised.
@@ -200,5 +202,5 @@ def race(store: StoreUnderTest, actions: Sequence[Callable[[], T]]) -> list[T]:
     return results
 
 
-def with_fields(record: T, **fields: Any) -> T:
+def with_fields[T](record: T, **fields: Any) -> T:
     return replace(record, **fields)  # type: ignore[type-var]

@@ -116,6 +116,7 @@ __all__ = [
     "WorkflowInstanceRecord",
     "WorkflowStorage",
     "can_transition",
+    "clamp_limit",
     "decode_time_id",
     "decode_time_text",
     "encode_time_id",

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 from millrace_django.contract.records import JSON, Invocation, RetrySpec
@@ -73,7 +73,7 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
+class Page[T]:
     """One page; a non-null ``next_cursor`` does not promise a non-empty next page."""
 
     items: Sequence[T]

@@ -10,12 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TypeAlias
 from uuid import UUID
 
 from millrace_django.contract.states import InstanceState, JobState
 
-JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+type JSON = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

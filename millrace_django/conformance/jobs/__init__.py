@@ -1,0 +1,53 @@
+"""The job-storage facts, one module per heading of the facts page.
+
+Sections load only when the whole suite is asked for, so one section can be imported
+(and developed) on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _compose() -> type:
+    from millrace_django.conformance.jobs.activation import ActivationFacts
+    from millrace_django.conformance.jobs.additions import ApplyManyFacts, PurgeFacts, ResultFacts
+    from millrace_django.conformance.jobs.batches import BatchFacts
+    from millrace_django.conformance.jobs.cancellation import CancellationFacts
+    from millrace_django.conformance.jobs.checkpoints import CheckpointFacts
+    from millrace_django.conformance.jobs.claims import ClaimFacts
+    from millrace_django.conformance.jobs.continuations import ContinuationFacts
+    from millrace_django.conformance.jobs.fence import FenceFacts
+    from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+    from millrace_django.conformance.jobs.recurring import RecurringFacts
+    from millrace_django.conformance.jobs.renewal import RenewalFacts
+
+    class JobStorageFacts(
+        CheckpointFacts,
+        ContinuationFacts,
+        IdempotencyFacts,
+        BatchFacts,
+        CancellationFacts,
+        ClaimFacts,
+        RenewalFacts,
+        FenceFacts,
+        ActivationFacts,
+        RecurringFacts,
+        ResultFacts,
+        PurgeFacts,
+        ApplyManyFacts,
+    ):
+        """Every fact a :class:`~millrace_django.contract.JobStorage` must hold."""
+
+    return JobStorageFacts
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JobStorageFacts":
+        suite = _compose()
+        globals()[name] = suite
+        return suite
+    raise AttributeError(name)
+
+
+__all__ = ["JobStorageFacts"]

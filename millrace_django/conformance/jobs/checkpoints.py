@@ -1,0 +1,301 @@
+"""Checkpoints: a workflow cursor commits in the same atom as the job transition carrying it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import partial
+from typing import ClassVar, Literal
+from uuid import UUID
+
+import pytest
+
+from millrace_django.clock import FakeClock
+from millrace_django.conformance.harness import StoreUnderTest
+from millrace_django.conformance.suite import FactGroup
+from millrace_django.conformance.support import (
+    RACERS,
+    ROUNDS,
+    claim,
+    claim_one,
+    enqueue,
+    make_bookmark,
+    make_instance,
+    make_job,
+    race,
+    state_of,
+    succeed,
+    transition,
+    with_fields,
+)
+from millrace_django.contract import (
+    JSON,
+    JobRecord,
+    JobState,
+    WorkflowCheckpoint,
+    WorkflowInstanceRecord,
+)
+from millrace_django.errors import ConcurrencyConflict
+
+Outcome = Literal["applied", "fenced", "conflict"]
+
+
+def _start_instance(store: StoreUnderTest, clock: FakeClock) -> WorkflowInstanceRecord:
+    instance = make_instance(clock, data={"step": 0})
+    store.workflows.create_instance(instance)
+    stored = store.workflows.get_instance(instance.id)
+    assert stored is not None
+    assert stored.revision == 1
+    return stored
+
+
+def _checkpoint(
+    instance: WorkflowInstanceRecord,
+    clock: FakeClock,
+    *,
+    expected: int,
+    data: JSON,
+    cursor: JSON = None,
+) -> WorkflowCheckpoint:
+    moved = with_fields(instance, data=data, cursor=cursor, updated_at=clock.now())
+    return WorkflowCheckpoint(instance=moved, expected_revision=expected)
+
+
+def _claim_activity(
+    store: StoreUnderTest, clock: FakeClock, instance: WorkflowInstanceRecord, node: str = "a"
+) -> JobRecord:
+    job_id = enqueue(
+        store,
+        clock,
+        queue="flows",
+        workflow_instance_id=instance.id,
+        activity_node_id=node,
+        idempotency_key=f"activity-{instance.id}-{node}",
+    )
+    claimed = claim_one(store, "w1", queues=["flows"])
+    assert claimed.id == job_id
+    return claimed
+
+
+def _assert_untouched_processing(store: StoreUnderTest, claimed: JobRecord) -> None:
+    job = store.jobs.get_job(claimed.id)
+    assert job is not None
+    assert job.state is JobState.PROCESSING
+    assert job.worker_id == claimed.worker_id
+    assert job.attempt == claimed.attempt
+    assert job.lease_until == claimed.lease_until
+    assert job.failures == claimed.failures
+    assert job.finished_at is None
+    assert job.last_error is None
+    assert job.result is None
+
+
+def _assert_key_held(store: StoreUnderTest, clock: FakeClock, holder: JobRecord) -> None:
+    assert holder.idempotency_key is not None
+    probe = make_job(clock, queue="probes", idempotency_key=holder.idempotency_key)
+    assert store.jobs.enqueue([probe]) == [holder.id]
+    assert store.jobs.get_job(probe.id) is None
+
+
+def _assert_instance(
+    store: StoreUnderTest, instance_id: UUID, expected: WorkflowInstanceRecord
+) -> None:
+    stored = store.workflows.get_instance(instance_id)
+    assert stored is not None
+    assert stored.revision == expected.revision
+    assert stored.data == expected.data
+    assert stored.cursor == expected.cursor
+    assert stored.state is expected.state
+    assert stored.updated_at == expected.updated_at
+
+
+class CheckpointFacts(FactGroup):
+    heading: ClassVar[str] = "Checkpoints"
+
+    def test_a_checkpoint_transition_and_its_enqueue_all_commit_together(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A succeeded transition carrying a checkpoint, an insert and a bookmark commits all."""
+        instance = _start_instance(store, clock)
+        job = _claim_activity(store, clock, instance)
+        clock.advance(timedelta(seconds=30))
+        follow_up = make_job(clock, queue="flows", workflow_instance_id=instance.id,
+                             activity_node_id="b")
+        bookmark = make_bookmark(clock, instance.id)
+        checkpoint = _checkpoint(
+            instance, clock, expected=1, data={"step": 1}, cursor={"at": ["b"], "done": ["a"]}
+        )
+
+        applied = store.jobs.apply(
+            succeed(job, clock, result={"ok": True}, enqueue=[follow_up], checkpoint=checkpoint,
+                    bookmarks=[bookmark])
+        )
+
+        assert applied is True
+        done = store.jobs.get_job(job.id)
+        assert done is not None
+        assert done.state is JobState.SUCCEEDED
+        assert done.finished_at == clock.now()
+        assert done.worker_id is None
+        assert done.lease_until is None
+        assert done.result == {"ok": True}
+        inserted = store.jobs.get_job(follow_up.id)
+        assert inserted is not None
+        assert inserted.state is JobState.ENQUEUED
+        assert inserted.workflow_instance_id == instance.id
+        assert inserted.activity_node_id == "b"
+        stored = store.workflows.get_instance(instance.id)
+        assert stored is not None
+        assert stored.revision == 2
+        assert stored.data == {"step": 1}
+        assert stored.cursor == {"at": ["b"], "done": ["a"]}
+        assert stored.updated_at == clock.now()
+        assert stored.created_at == instance.created_at
+        consumed = store.workflows.consume_bookmark("approved", "order-1")
+        assert consumed is not None
+        assert consumed.id == bookmark.id
+        assert consumed.instance_id == instance.id
+
+    def test_a_stale_checkpoint_revision_rolls_back_the_whole_transition(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A checkpoint expecting an old revision raises ConcurrencyConflict and changes nothing."""
+        instance = _start_instance(store, clock)
+        store.workflows.update_instance(with_fields(instance, data={"step": 1}), 1)
+        moved_on = store.workflows.get_instance(instance.id)
+        assert moved_on is not None
+        assert moved_on.revision == 2
+        job = _claim_activity(store, clock, instance)
+        child = make_job(clock, queue="children", state=JobState.AWAITING, parent_id=job.id)
+        store.jobs.enqueue([child])
+        follow_up = make_job(clock, queue="flows")
+        bookmark = make_bookmark(clock, instance.id)
+        stale = _checkpoint(instance, clock, expected=1, data={"step": 99})
+
+        with pytest.raises(ConcurrencyConflict):
+            store.jobs.apply(
+                succeed(job, clock, enqueue=[follow_up], checkpoint=stale, bookmarks=[bookmark],
+                        activate_continuations=True)
+            )
+
+        _assert_untouched_processing(store, job)
+        assert store.jobs.get_job(follow_up.id) is None
+        assert state_of(store, child.id) is JobState.AWAITING
+        assert store.workflows.consume_bookmark("approved", "order-1") is None
+        _assert_instance(store, instance.id, moved_on)
+        _assert_key_held(store, clock, job)
+        # The fence survived intact: the same worker can retry against the fresh revision.
+        fresh = _checkpoint(moved_on, clock, expected=2, data={"step": 2})
+        assert store.jobs.apply(succeed(job, clock, checkpoint=fresh)) is True
+        stored = store.workflows.get_instance(instance.id)
+        assert stored is not None
+        assert stored.revision == 3
+        assert stored.data == {"step": 2}
+
+    def test_a_checkpoint_for_a_missing_instance_rolls_back_the_whole_transition(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A checkpoint naming an instance that does not exist raises ConcurrencyConflict."""
+        ghost = make_instance(clock, data={"step": 0})
+        job = _claim_activity(store, clock, ghost)
+        follow_up = make_job(clock, queue="flows")
+        checkpoint = _checkpoint(ghost, clock, expected=1, data={"step": 1})
+
+        with pytest.raises(ConcurrencyConflict):
+            store.jobs.apply(succeed(job, clock, enqueue=[follow_up], checkpoint=checkpoint))
+
+        _assert_untouched_processing(store, job)
+        assert store.jobs.get_job(follow_up.id) is None
+        assert store.workflows.get_instance(ghost.id) is None
+        _assert_key_held(store, clock, job)
+
+    def test_a_fenced_out_transition_returns_false_and_leaves_the_instance_untouched(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A fence rejection returns False without raising, even with a stale checkpoint."""
+        instance = _start_instance(store, clock)
+        job = _claim_activity(store, clock, instance)
+        follow_up = make_job(clock, queue="flows")
+        valid = _checkpoint(instance, clock, expected=1, data={"step": 1})
+        stale = _checkpoint(instance, clock, expected=7, data={"step": 7})
+
+        wrong_attempt = transition(
+            job, JobState.SUCCEEDED, expected_attempt=job.attempt + 1, finished_at=clock.now(),
+            enqueue=[follow_up], checkpoint=valid,
+        )
+        wrong_worker = transition(
+            job, JobState.SUCCEEDED, expected_worker_id="w2", finished_at=clock.now(),
+            enqueue=[follow_up], checkpoint=stale,
+        )
+
+        assert store.jobs.apply(wrong_attempt) is False
+        assert store.jobs.apply(wrong_worker) is False
+
+        _assert_untouched_processing(store, job)
+        assert store.jobs.get_job(follow_up.id) is None
+        _assert_instance(store, instance.id, instance)
+
+    def test_concurrent_branch_checkpoints_have_exactly_one_winner(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Racing branches checkpointing one revision: one applies, the rest conflict intact."""
+        for round_no in range(ROUNDS):
+            instance = _start_instance(store, clock)
+            queue = f"branches-{round_no}"
+            for branch in range(RACERS):
+                enqueue(store, clock, queue=queue, workflow_instance_id=instance.id,
+                        activity_node_id=f"branch-{branch}")
+            jobs = claim(store, "w1", queues=[queue], max_count=RACERS)
+            assert len(jobs) == RACERS
+            checkpoints = [
+                _checkpoint(instance, clock, expected=1, data={"winner": str(job.id)})
+                for job in jobs
+            ]
+
+            def apply_branch(position: int) -> Outcome:
+                try:
+                    applied = store.jobs.apply(
+                        succeed(jobs[position], clock, checkpoint=checkpoints[position])
+                    )
+                except ConcurrencyConflict:
+                    return "conflict"
+                return "applied" if applied else "fenced"
+
+            outcomes = race(store, [partial(apply_branch, p) for p in range(RACERS)])
+
+            assert outcomes.count("applied") == 1, outcomes
+            assert outcomes.count("conflict") == RACERS - 1, outcomes
+            winner = jobs[outcomes.index("applied")]
+            stored = store.workflows.get_instance(instance.id)
+            assert stored is not None
+            assert stored.revision == 2
+            assert stored.data == {"winner": str(winner.id)}
+            assert state_of(store, winner.id) is JobState.SUCCEEDED
+            losers = [job for job in jobs if job.id != winner.id]
+            for loser in losers:
+                _assert_untouched_processing(store, loser)
+            # A loser keeps its fence, so it can remerge against the winner's revision.
+            remerge = _checkpoint(stored, clock, expected=2, data={"merged": True})
+            assert store.jobs.apply(succeed(losers[0], clock, checkpoint=remerge)) is True
+            for loser in losers[1:]:
+                assert store.jobs.apply(succeed(loser, clock)) is True
+
+    def test_a_transition_without_a_checkpoint_leaves_the_instance_alone(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A workflow job's plain transition applies and never touches its instance's revision."""
+        instance = _start_instance(store, clock)
+        store.workflows.update_instance(with_fields(instance, data={"step": 1}), 1)
+        moved_on = store.workflows.get_instance(instance.id)
+        assert moved_on is not None
+        job = _claim_activity(store, clock, instance)
+        clock.advance(timedelta(seconds=5))
+
+        assert store.jobs.apply(succeed(job, clock)) is True
+
+        done = store.jobs.get_job(job.id)
+        assert done is not None
+        assert done.state is JobState.SUCCEEDED
+        assert done.finished_at == clock.now()
+        assert done.worker_id is None
+        assert done.lease_until is None
+        _assert_instance(store, instance.id, moved_on)

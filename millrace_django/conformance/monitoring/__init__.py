@@ -1,0 +1,39 @@
+"""The monitoring facts, one module per heading of the facts page.
+
+Sections load only when the whole suite is asked for, so one section can be imported
+(and developed) on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _compose() -> type:
+    from millrace_django.conformance.monitoring.history import AttemptHistoryFacts
+    from millrace_django.conformance.monitoring.instances import InstanceQueryFacts
+    from millrace_django.conformance.monitoring.jobs import JobQueryFacts
+    from millrace_django.conformance.monitoring.recurring import RecurringQueryFacts
+    from millrace_django.conformance.monitoring.statistics import StatisticsFacts
+
+    class MonitoringFacts(
+        JobQueryFacts,
+        StatisticsFacts,
+        AttemptHistoryFacts,
+        RecurringQueryFacts,
+        InstanceQueryFacts,
+    ):
+        """Every fact a :class:`~millrace_django.contract.MonitoringStorage` must hold."""
+
+    return MonitoringFacts
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MonitoringFacts":
+        suite = _compose()
+        globals()[name] = suite
+        return suite
+    raise AttributeError(name)
+
+
+__all__ = ["MonitoringFacts"]

@@ -1,0 +1,1 @@
+"""Storage providers. Each implements the contract and imports nothing above it."""

@@ -1,0 +1,231 @@
+"""The in-memory read model: filters, keyset pages and statistics over a snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TypeVar
+from uuid import UUID
+
+from millrace_django.contract import (
+    InstanceQuery,
+    InstanceState,
+    InstanceSummary,
+    JobDetails,
+    JobQuery,
+    JobRecord,
+    JobState,
+    JobStatistics,
+    JobSummary,
+    Page,
+    RecurringQuery,
+    RecurringRecord,
+    RecurringSummary,
+    TenantFilter,
+    WorkflowInstanceRecord,
+    clamp_limit,
+    decode_time_id,
+    decode_time_text,
+    encode_time_id,
+    encode_time_text,
+)
+from millrace_django.storage.memory.store import MemoryJobStore
+
+Row = TypeVar("Row")
+Item = TypeVar("Item")
+
+
+def _in_created_range(
+    created_at: datetime, after: datetime | None, before: datetime | None
+) -> bool:
+    return (after is None or created_at >= after) and (before is None or created_at < before)
+
+
+def _newest_first_page[Row, Item](
+    rows: Iterable[Row],
+    key: Callable[[Row], tuple[datetime, UUID]],
+    cursor: str | None,
+    limit: int,
+    summarize: Callable[[Row], Item],
+) -> Page[Item]:
+    """Keyset page over ``(created_at, id)`` descending; ids tie-break in byte order."""
+    ordered = sorted(rows, key=key, reverse=True)
+    if cursor is not None:
+        boundary = decode_time_id(cursor)
+        ordered = [row for row in ordered if key(row) < boundary]
+    size = clamp_limit(limit)
+    page = ordered[:size]
+    more = len(ordered) > size
+    next_cursor = encode_time_id(*key(page[-1])) if more and page else None
+    return Page(items=[summarize(row) for row in page], next_cursor=next_cursor)
+
+
+def _job_key(job: JobRecord) -> tuple[datetime, UUID]:
+    return (job.created_at, job.id)
+
+
+def _instance_key(instance: WorkflowInstanceRecord) -> tuple[datetime, UUID]:
+    return (instance.created_at, instance.id)
+
+
+def summarize_job(job: JobRecord) -> JobSummary:
+    return JobSummary(
+        id=job.id,
+        queue=job.queue,
+        state=job.state,
+        target=job.invocation.target,
+        priority=job.priority,
+        created_at=job.created_at,
+        due_at=job.due_at,
+        finished_at=job.finished_at,
+        attempt=job.attempt,
+        failures=job.failures,
+        tenant_id=job.tenant_id,
+        worker_id=job.worker_id,
+    )
+
+
+def summarize_instance(instance: WorkflowInstanceRecord) -> InstanceSummary:
+    return InstanceSummary(
+        id=instance.id,
+        definition_id=instance.definition_id,
+        definition_version=instance.definition_version,
+        state=instance.state,
+        tenant_id=instance.tenant_id,
+        created_at=instance.created_at,
+        updated_at=instance.updated_at,
+        revision=instance.revision,
+    )
+
+
+class MemoryMonitoring:
+    """The read model over a :class:`MemoryJobStore`'s tables."""
+
+    def __init__(self, store: MemoryJobStore) -> None:
+        self._store = store
+
+    def get_statistics(self, tenant: TenantFilter) -> JobStatistics:
+        with self._store._reading() as tables:
+            jobs = [job for job in tables.jobs.values() if tenant.matches(job.tenant_id)]
+            instances = [i for i in tables.instances.values() if tenant.matches(i.tenant_id)]
+            recurring = [r for r in tables.recurring.values() if tenant.matches(r.tenant_id)]
+        by_state = dict.fromkeys(JobState, 0)
+        by_queue: dict[str, int] = {}
+        for job in jobs:
+            by_state[job.state] += 1
+            if job.state is JobState.ENQUEUED:
+                by_queue[job.queue] = by_queue.get(job.queue, 0) + 1
+        instances_by_state = dict.fromkeys(InstanceState, 0)
+        for instance in instances:
+            instances_by_state[instance.state] += 1
+        now = self._store.clock.now()
+        return JobStatistics(
+            jobs_by_state=by_state,
+            enqueued_by_queue=by_queue,
+            instances_by_state=instances_by_state,
+            recurring_definitions=len(recurring),
+            overdue_recurring_definitions=sum(r.next_fire_time <= now for r in recurring),
+        )
+
+    def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
+        with self._store._reading() as tables:
+            rows = [
+                job
+                for job in tables.jobs.values()
+                if (not query.states or job.state in query.states)
+                and (query.queue is None or job.queue == query.queue)
+                and query.tenant.matches(job.tenant_id)
+                and _in_created_range(job.created_at, query.created_after, query.created_before)
+            ]
+        return _newest_first_page(rows, _job_key, query.cursor, query.limit, summarize_job)
+
+    def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
+        version = query.definition_version if query.definition_id is not None else None
+        with self._store._reading() as tables:
+            rows = [
+                i
+                for i in tables.instances.values()
+                if (not query.states or i.state in query.states)
+                and (query.definition_id is None or i.definition_id == query.definition_id)
+                and (version is None or i.definition_version == version)
+                and query.tenant.matches(i.tenant_id)
+                and _in_created_range(i.created_at, query.created_after, query.created_before)
+            ]
+        return _newest_first_page(
+            rows, _instance_key, query.cursor, query.limit, summarize_instance
+        )
+
+    def get_job_details(self, job_id: UUID) -> JobDetails | None:
+        with self._store._reading() as tables:
+            job = tables.jobs.get(job_id)
+            attempts = dict(tables.attempts.get(job_id, {}))
+        if job is None:
+            return None
+        return JobDetails(
+            summary=summarize_job(job),
+            invocation=job.invocation,
+            retry=job.retry,
+            timeout=job.timeout,
+            idempotency_key=job.idempotency_key,
+            parent_id=job.parent_id,
+            requeued_from=job.requeued_from,
+            recurring_id=job.recurring_id,
+            last_error=job.last_error,
+            result=job.result,
+            lease_until=job.lease_until,
+            cancel_requested=job.cancel_requested,
+            workflow_instance_id=job.workflow_instance_id,
+            activity_node_id=job.activity_node_id,
+            attempts=[attempts[n] for n in sorted(attempts, reverse=True)],
+        )
+
+    def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
+        with self._store._reading() as tables:
+            rows = sorted(
+                (
+                    r
+                    for r in tables.recurring.values()
+                    if (query.queue is None or r.queue == query.queue)
+                    and query.tenant.matches(r.tenant_id)
+                ),
+                key=lambda r: (r.next_fire_time, r.id),
+            )
+            if query.cursor is not None:
+                boundary = decode_time_text(query.cursor)
+                rows = [r for r in rows if (r.next_fire_time, r.id) > boundary]
+            size = clamp_limit(query.limit)
+            page = rows[:size]
+            last_jobs = self._last_fired_jobs(tables.jobs.values(), {r.id for r in page})
+        next_cursor = None
+        if len(rows) > size and page:
+            next_cursor = encode_time_text(page[-1].next_fire_time, page[-1].id)
+        items = [self._summarize_recurring(r, last_jobs.get(r.id)) for r in page]
+        return Page(items=items, next_cursor=next_cursor)
+
+    @staticmethod
+    def _last_fired_jobs(jobs: Iterable[JobRecord], ids: set[str]) -> dict[str, JobRecord]:
+        latest: dict[str, JobRecord] = {}
+        for job in jobs:
+            if job.recurring_id in ids:
+                held = latest.get(job.recurring_id)
+                if held is None or _job_key(job) > _job_key(held):
+                    latest[job.recurring_id] = job
+        return latest
+
+    @staticmethod
+    def _summarize_recurring(record: RecurringRecord, last: JobRecord | None) -> RecurringSummary:
+        return RecurringSummary(
+            id=record.id,
+            cron=record.cron,
+            timezone=record.timezone,
+            queue=record.queue,
+            target=record.invocation.target,
+            priority=record.priority,
+            tenant_id=record.tenant_id,
+            next_fire_time=record.next_fire_time,
+            last_fire_time=record.last_fire_time,
+            last_outcome=last.state if last is not None else None,
+            last_job_id=last.id if last is not None else None,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )

@@ -1,0 +1,421 @@
+"""The job and workflow halves of the in-memory provider.
+
+One lock serializes every call, and an undo log makes each call all-or-nothing. Wake-up
+hints are published only after a call commits. Nothing here survives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from millrace_django.clock import Clock
+from millrace_django.contract import (
+    INSERTABLE_JOB_STATES,
+    PRE_ACTIVE_JOB_STATES,
+    TERMINAL_JOB_STATES,
+    TRANSITION_TARGETS,
+    AttemptOutcome,
+    BookmarkRecord,
+    Capabilities,
+    ClaimRequest,
+    JobAttempt,
+    JobRecord,
+    JobState,
+    JobTransition,
+    RecurringRecord,
+    WorkflowInstanceRecord,
+    oldest_kept_attempt,
+    outcome_of,
+)
+from millrace_django.errors import (
+    ConcurrencyConflict,
+    DuplicateJobId,
+    ParentJobNotFound,
+    StorageError,
+)
+from millrace_django.storage.memory.notifier import MemoryNotifier
+from millrace_django.storage.memory.tables import Tables, UndoLog, key_scope
+
+
+class MemoryJobStore:
+    """The contract's job and workflow operations over :class:`Tables`."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.tables = Tables()
+        self.notifier = MemoryNotifier()
+        self._lock = threading.RLock()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities.NOTIFICATIONS
+
+    @contextmanager
+    def _atomic(self) -> Iterator[UndoLog]:
+        with self._lock:
+            log = UndoLog(self.tables)
+            try:
+                yield log
+            except BaseException:
+                log.rollback()
+                raise
+        self.notifier.publish(log.woken_queues)
+
+    @contextmanager
+    def _reading(self) -> Iterator[Tables]:
+        with self._lock:
+            yield self.tables
+
+    # -- inserts -------------------------------------------------------------------------
+
+    def _insert(self, log: UndoLog, job: JobRecord) -> UUID:
+        """Insert with enqueue semantics: parent fix-up, then the key scope check."""
+        tables = log.tables
+        if job.id in tables.jobs:
+            raise DuplicateJobId(job.id)
+        if job.state not in INSERTABLE_JOB_STATES:
+            raise StorageError(f"a new job cannot be stored as {job.state.value!r}")
+        if job.state is JobState.AWAITING:
+            job = self._fix_up_continuation(tables, job)
+        scope = key_scope(job)
+        if scope is not None and scope in tables.active_keys:
+            return tables.active_keys[scope]
+        log.insert_job(job)
+        return job.id
+
+    def _fix_up_continuation(self, tables: Tables, job: JobRecord) -> JobRecord:
+        parent = tables.jobs.get(job.parent_id) if job.parent_id is not None else None
+        if parent is None or job.parent_id is None:
+            raise ParentJobNotFound(job.parent_id or UUID(int=0))
+        if parent.state is JobState.SUCCEEDED:
+            return replace(job, state=JobState.ENQUEUED)
+        if parent.state in (JobState.DEAD, JobState.CANCELLED):
+            return replace(job, state=JobState.CANCELLED, finished_at=self.clock.now())
+        return job
+
+    def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
+        if not jobs:
+            return []
+        with self._atomic() as log:
+            return [self._insert(log, job) for job in jobs]
+
+    # -- claims and leases ---------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest) -> list[JobRecord]:
+        if request.max_count <= 0:
+            return []
+        with self._atomic() as log:
+            now = self.clock.now()
+            tables = log.tables
+            candidates = [
+                job
+                for job in map(tables.jobs.__getitem__, tables.ready)
+                if job.queue in request.queues
+                and (
+                    job.state is JobState.ENQUEUED
+                    or (job.lease_until is not None and job.lease_until <= now)
+                )
+            ]
+            candidates.sort(key=lambda job: (-job.priority, tables.seq[job.id]))
+            claimed = []
+            for job in candidates[: request.max_count]:
+                if job.state is JobState.PROCESSING:
+                    self._record_attempt(log, job, AttemptOutcome.INTERRUPTED, error=None, at=now)
+                leased = replace(
+                    job,
+                    state=JobState.PROCESSING,
+                    worker_id=request.worker_id,
+                    lease_until=now + request.lease,
+                    attempt=job.attempt + 1,
+                )
+                log.put_job(job, leased)
+                claimed.append(leased)
+            return claimed
+
+    def _record_attempt(
+        self,
+        log: UndoLog,
+        job: JobRecord,
+        outcome: AttemptOutcome,
+        *,
+        error: str | None,
+        at: datetime,
+    ) -> None:
+        history = dict(log.tables.attempts.get(job.id, {}))
+        history.setdefault(
+            job.attempt,
+            JobAttempt(
+                attempt=job.attempt,
+                outcome=outcome,
+                recorded_at=at,
+                worker_id=job.worker_id,
+                error=error,
+            ),
+        )
+        floor = oldest_kept_attempt(job.attempt)
+        log.set(
+            log.tables.attempts,
+            job.id,
+            {number: row for number, row in history.items() if number >= floor},
+        )
+
+    def renew_leases(self, worker_id: str, ids: Collection[UUID], lease: timedelta) -> set[UUID]:
+        with self._atomic() as log:
+            until = self.clock.now() + lease
+            renewed: set[UUID] = set()
+            for job_id in ids:
+                job = log.tables.jobs.get(job_id)
+                if job is None or job.state is not JobState.PROCESSING:
+                    continue
+                if job.worker_id != worker_id:
+                    continue
+                log.put_job(job, replace(job, lease_until=until))
+                if not job.cancel_requested:
+                    renewed.add(job_id)
+            return renewed
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def apply(self, transition: JobTransition) -> bool:
+        with self._atomic() as log:
+            return self._apply(log, transition)
+
+    def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
+        outcomes: list[bool | StorageError] = []
+        for transition in transitions:
+            try:
+                outcomes.append(self.apply(transition))
+            except StorageError as error:
+                outcomes.append(error)
+        return outcomes
+
+    def _apply(self, log: UndoLog, t: JobTransition) -> bool:
+        tables = log.tables
+        job = tables.jobs.get(t.job_id)
+        fenced = (
+            job is not None
+            and job.state is JobState.PROCESSING
+            and job.worker_id == t.expected_worker_id
+            and job.attempt == t.expected_attempt
+        )
+        if not fenced or job is None:
+            return False
+        if t.target not in TRANSITION_TARGETS:
+            raise StorageError(f"{t.target.value!r} is not a transition target")
+        now = self.clock.now()
+        outcome = outcome_of(t, job.failures)
+        if outcome is not None:
+            error = t.error if outcome is AttemptOutcome.FAILED else None
+            self._record_attempt(log, job, outcome, error=error, at=now)
+        log.put_job(job, self._moved(job, t, now))
+        if t.checkpoint is not None:
+            self._checkpoint(log, t.checkpoint.instance, t.checkpoint.expected_revision)
+        for bookmark in t.bookmarks:
+            self._insert_bookmark(log, bookmark)
+        for follower in t.enqueue:
+            self._insert(log, follower)
+        if t.activate_continuations:
+            for child in list(tables.awaiting_children(job.id)):
+                log.put_job(child, replace(child, state=JobState.ENQUEUED, due_at=None))
+        if t.cancel_continuations:
+            self._cancel_awaiting_closure(log, job.id, now)
+        return True
+
+    @staticmethod
+    def _moved(job: JobRecord, t: JobTransition, now: datetime) -> JobRecord:
+        """The job row after ``t``: the target state and the fields it implies."""
+        cleared = replace(
+            job,
+            state=t.target,
+            worker_id=None,
+            lease_until=None,
+            failures=t.failures,
+            last_error=t.error if t.error is not None else job.last_error,
+        )
+        if t.target is JobState.FAILED:
+            if t.due_at is None:
+                raise StorageError("a failed transition needs the retry's due_at")
+            return replace(cleared, due_at=t.due_at)
+        if t.target is JobState.ENQUEUED:
+            return replace(cleared, due_at=None)
+        result = t.result if t.target is JobState.SUCCEEDED else None
+        return replace(cleared, finished_at=t.finished_at or now, result=result)
+
+    def _cancel_awaiting_closure(self, log: UndoLog, parent_id: UUID, now: datetime) -> None:
+        pending = [parent_id]
+        while pending:
+            for child in list(log.tables.awaiting_children(pending.pop())):
+                log.put_job(child, replace(child, state=JobState.CANCELLED, finished_at=now))
+                pending.append(child.id)
+
+    # -- operator moves ------------------------------------------------------------------
+
+    def try_cancel(self, job_id: UUID) -> bool:
+        with self._atomic() as log:
+            job = log.tables.jobs.get(job_id)
+            if job is None or job.state in TERMINAL_JOB_STATES:
+                return False
+            if job.state is JobState.PROCESSING:
+                log.put_job(job, replace(job, cancel_requested=True))
+                return True
+            assert job.state in PRE_ACTIVE_JOB_STATES
+            now = self.clock.now()
+            log.put_job(job, replace(job, state=JobState.CANCELLED, finished_at=now))
+            self._cancel_awaiting_closure(log, job.id, now)
+            return True
+
+    def try_run_now(self, job_id: UUID) -> bool:
+        with self._atomic() as log:
+            job = log.tables.jobs.get(job_id)
+            if job is None or job.state is not JobState.FAILED:
+                return False
+            log.put_job(job, replace(job, state=JobState.ENQUEUED, due_at=None))
+            return True
+
+    def get_job(self, job_id: UUID) -> JobRecord | None:
+        with self._reading() as tables:
+            return tables.jobs.get(job_id)
+
+    def activate_due(self, now: datetime, limit: int) -> int:
+        with self._atomic() as log:
+            tables = log.tables
+            due = [
+                job
+                for job in map(tables.jobs.__getitem__, tables.due)
+                if job.due_at is not None and job.due_at <= now
+            ]
+            due.sort(key=lambda job: (job.due_at, tables.seq[job.id]))
+            for job in due[: max(limit, 0)]:
+                log.put_job(job, replace(job, state=JobState.ENQUEUED, due_at=None))
+            return min(len(due), max(limit, 0))
+
+    def purge_finished(self, before: datetime, limit: int) -> int:
+        with self._atomic() as log:
+            tables = log.tables
+            finished = [
+                job
+                for job in tables.jobs.values()
+                if job.state in TERMINAL_JOB_STATES
+                and job.finished_at is not None
+                and job.finished_at < before
+            ]
+            finished.sort(key=lambda job: (job.finished_at, tables.seq[job.id]))
+            for job in finished[: max(limit, 0)]:
+                log.delete_job(job)
+            return min(len(finished), max(limit, 0))
+
+    # -- recurring -----------------------------------------------------------------------
+
+    def upsert_recurring(self, record: RecurringRecord) -> None:
+        with self._atomic() as log:
+            stored = log.tables.recurring.get(record.id)
+            if stored is not None:
+                same_schedule = (stored.cron, stored.timezone) == (record.cron, record.timezone)
+                record = replace(
+                    record,
+                    next_fire_time=stored.next_fire_time
+                    if same_schedule
+                    else record.next_fire_time,
+                    last_fire_time=stored.last_fire_time,
+                    created_at=stored.created_at,
+                )
+            log.set(log.tables.recurring, record.id, record)
+
+    def get_recurring(self, recurring_id: str) -> RecurringRecord | None:
+        with self._reading() as tables:
+            return tables.recurring.get(recurring_id)
+
+    def remove_recurring(self, recurring_id: str) -> bool:
+        with self._atomic() as log:
+            existed = recurring_id in log.tables.recurring
+            log.set(log.tables.recurring, recurring_id, None)
+            return existed
+
+    def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
+        with self._reading() as tables:
+            due = [r for r in tables.recurring.values() if r.next_fire_time <= now]
+            due.sort(key=lambda r: (r.next_fire_time, r.id))
+            return due[: max(limit, 0)]
+
+    def try_fire_recurring(
+        self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
+    ) -> bool:
+        with self._atomic() as log:
+            stored = log.tables.recurring.get(recurring_id)
+            if stored is None or stored.next_fire_time != expected:
+                return False
+            fired = replace(
+                stored,
+                next_fire_time=next_fire_time,
+                last_fire_time=expected,
+                updated_at=self.clock.now(),
+            )
+            log.set(log.tables.recurring, recurring_id, fired)
+            self._insert(log, job)
+            return True
+
+    # -- workflows -----------------------------------------------------------------------
+
+    def create_instance(
+        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+    ) -> None:
+        with self._atomic() as log:
+            if instance.id in log.tables.instances:
+                raise ConcurrencyConflict(f"workflow instance {instance.id} already exists")
+            log.set(log.tables.instances, instance.id, replace(instance, revision=1))
+            for job in enqueue:
+                self._insert(log, job)
+
+    def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
+        with self._reading() as tables:
+            return tables.instances.get(instance_id)
+
+    def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
+        with self._atomic() as log:
+            self._checkpoint(log, instance, expected_revision)
+
+    def _checkpoint(
+        self, log: UndoLog, instance: WorkflowInstanceRecord, expected_revision: int
+    ) -> None:
+        stored = log.tables.instances.get(instance.id)
+        if stored is None or stored.revision != expected_revision:
+            raise ConcurrencyConflict(
+                f"workflow instance {instance.id} is not at revision {expected_revision}"
+            )
+        log.set(
+            log.tables.instances, instance.id, replace(instance, revision=expected_revision + 1)
+        )
+
+    def add_bookmark(self, bookmark: BookmarkRecord) -> None:
+        with self._atomic() as log:
+            self._insert_bookmark(log, bookmark)
+
+    def _insert_bookmark(self, log: UndoLog, bookmark: BookmarkRecord) -> None:
+        if bookmark.id in log.tables.bookmarks:
+            raise StorageError(f"bookmark {bookmark.id} already exists")
+        log.set(log.tables.bookmarks, bookmark.id, bookmark)
+
+    def consume_bookmark(
+        self,
+        signal_name: str,
+        correlation_id: str,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        with self._atomic() as log:
+            matches = [
+                b
+                for b in log.tables.bookmarks.values()
+                if b.signal_name == signal_name and b.correlation_id == correlation_id
+            ]
+            if not matches:
+                return None
+            oldest = min(matches, key=lambda b: (b.created_at, b.id.bytes))
+            log.set(log.tables.bookmarks, oldest.id, None)
+            for job in enqueue(oldest) if enqueue is not None else ():
+                self._insert(log, job)
+            return oldest
