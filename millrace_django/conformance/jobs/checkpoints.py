@@ -31,6 +31,7 @@ from millrace_django.contract import (
     JSON,
     JobRecord,
     JobState,
+    JobTransition,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -76,6 +77,14 @@ def _claim_activity(
     return claimed
 
 
+def _apply_outcome(store: StoreUnderTest, move: JobTransition) -> Outcome:
+    try:
+        applied = store.jobs.apply(move)
+    except ConcurrencyConflict:
+        return "conflict"
+    return "applied" if applied else "fenced"
+
+
 def _assert_untouched_processing(store: StoreUnderTest, claimed: JobRecord) -> None:
     job = store.jobs.get_job(claimed.id)
     assert job is not None
@@ -118,16 +127,23 @@ class CheckpointFacts(FactGroup):
         instance = _start_instance(store, clock)
         job = _claim_activity(store, clock, instance)
         clock.advance(timedelta(seconds=30))
-        follow_up = make_job(clock, queue="flows", workflow_instance_id=instance.id,
-                             activity_node_id="b")
+        follow_up = make_job(
+            clock, queue="flows", workflow_instance_id=instance.id, activity_node_id="b"
+        )
         bookmark = make_bookmark(clock, instance.id)
         checkpoint = _checkpoint(
             instance, clock, expected=1, data={"step": 1}, cursor={"at": ["b"], "done": ["a"]}
         )
 
         applied = store.jobs.apply(
-            succeed(job, clock, result={"ok": True}, enqueue=[follow_up], checkpoint=checkpoint,
-                    bookmarks=[bookmark])
+            succeed(
+                job,
+                clock,
+                result={"ok": True},
+                enqueue=[follow_up],
+                checkpoint=checkpoint,
+                bookmarks=[bookmark],
+            )
         )
 
         assert applied is True
@@ -173,8 +189,14 @@ class CheckpointFacts(FactGroup):
 
         with pytest.raises(ConcurrencyConflict):
             store.jobs.apply(
-                succeed(job, clock, enqueue=[follow_up], checkpoint=stale, bookmarks=[bookmark],
-                        activate_continuations=True)
+                succeed(
+                    job,
+                    clock,
+                    enqueue=[follow_up],
+                    checkpoint=stale,
+                    bookmarks=[bookmark],
+                    activate_continuations=True,
+                )
             )
 
         _assert_untouched_processing(store, job)
@@ -219,12 +241,20 @@ class CheckpointFacts(FactGroup):
         stale = _checkpoint(instance, clock, expected=7, data={"step": 7})
 
         wrong_attempt = transition(
-            job, JobState.SUCCEEDED, expected_attempt=job.attempt + 1, finished_at=clock.now(),
-            enqueue=[follow_up], checkpoint=valid,
+            job,
+            JobState.SUCCEEDED,
+            expected_attempt=job.attempt + 1,
+            finished_at=clock.now(),
+            enqueue=[follow_up],
+            checkpoint=valid,
         )
         wrong_worker = transition(
-            job, JobState.SUCCEEDED, expected_worker_id="w2", finished_at=clock.now(),
-            enqueue=[follow_up], checkpoint=stale,
+            job,
+            JobState.SUCCEEDED,
+            expected_worker_id="w2",
+            finished_at=clock.now(),
+            enqueue=[follow_up],
+            checkpoint=stale,
         )
 
         assert store.jobs.apply(wrong_attempt) is False
@@ -242,8 +272,13 @@ class CheckpointFacts(FactGroup):
             instance = _start_instance(store, clock)
             queue = f"branches-{round_no}"
             for branch in range(RACERS):
-                enqueue(store, clock, queue=queue, workflow_instance_id=instance.id,
-                        activity_node_id=f"branch-{branch}")
+                enqueue(
+                    store,
+                    clock,
+                    queue=queue,
+                    workflow_instance_id=instance.id,
+                    activity_node_id=f"branch-{branch}",
+                )
             jobs = claim(store, "w1", queues=[queue], max_count=RACERS)
             assert len(jobs) == RACERS
             checkpoints = [
@@ -251,16 +286,11 @@ class CheckpointFacts(FactGroup):
                 for job in jobs
             ]
 
-            def apply_branch(position: int) -> Outcome:
-                try:
-                    applied = store.jobs.apply(
-                        succeed(jobs[position], clock, checkpoint=checkpoints[position])
-                    )
-                except ConcurrencyConflict:
-                    return "conflict"
-                return "applied" if applied else "fenced"
-
-            outcomes = race(store, [partial(apply_branch, p) for p in range(RACERS)])
+            transitions = [
+                succeed(job, clock, checkpoint=checkpoint)
+                for job, checkpoint in zip(jobs, checkpoints, strict=True)
+            ]
+            outcomes = race(store, [partial(_apply_outcome, store, t) for t in transitions])
 
             assert outcomes.count("applied") == 1, outcomes
             assert outcomes.count("conflict") == RACERS - 1, outcomes

@@ -49,7 +49,7 @@ class ClaimFacts(FactGroup):
     def test_claim_is_exclusive_under_contention(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Concurrent claimers never take the same job: 100 jobs, 8 racers, 100 distinct claims."""
+        """Racing claimers never share a job: 100 jobs, 8 racers, exactly 100 distinct claims."""
         ids = store.jobs.enqueue([make_job(clock) for _ in range(CONTENDED_JOBS)])
         workers = [f"w{n}" for n in range(RACERS)]
         per_worker = race(store, [partial(_claim_until_empty, store, w) for w in workers])
@@ -69,8 +69,7 @@ class ClaimFacts(FactGroup):
     def test_claim_sets_processing_worker_lease_and_increments_attempt(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A claim makes the job processing under the worker, leased until exactly the injected
-        clock's now plus the lease, with attempt 1; every other field is untouched."""
+        """A claim sets processing, the worker, lease_until = clock now + lease, attempt 1."""
         record = make_job(clock, priority=3)
         store.jobs.enqueue([record])
         clock.advance(timedelta(hours=7, minutes=13, seconds=29))
@@ -113,7 +112,7 @@ class ClaimFacts(FactGroup):
     def test_claim_only_returns_requested_queues(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A claim takes jobs from the requested queues only; other queues are left enqueued."""
+        """A claim takes jobs from the requested queues only; others stay enqueued."""
         in_a = enqueue(store, clock, queue="a")
         in_b = enqueue(store, clock, queue="b")
         in_c = enqueue(store, clock, queue="c")
@@ -146,8 +145,7 @@ class ClaimFacts(FactGroup):
     def test_expired_lease_is_reclaimable_and_increments_attempt(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Once now reaches lease_until the job is claimable again; the reclaim bumps attempt
-        and leases it to the new worker, without recording a failure."""
+        """At now >= lease_until another worker reclaims the job: attempt 2, failures 0."""
         job_id = enqueue(store, clock)
         first = claim_one(store, "w1")
         assert first.lease_until is not None
@@ -166,8 +164,7 @@ class ClaimFacts(FactGroup):
     def test_claim_order_is_priority_desc_then_fifo_across_queue_union(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Claims take the highest priority first, then insertion order across the union of
-        queues; neither id nor created_at order decides, and no queue takes precedence."""
+        """Claims go by priority desc, then insertion order (not id/created_at) over all queues."""
         # Ids and creation times run opposite to insertion order, so only an insertion
         # sequence orders the ties correctly.
         stamps: list[tuple[UUID, datetime]] = []
@@ -190,8 +187,7 @@ class ClaimFacts(FactGroup):
     def test_scheduled_failed_and_awaiting_jobs_are_never_claimable_directly(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Scheduled, failed and awaiting jobs are never claimed, however overdue; only
-        activation makes them claimable."""
+        """Scheduled, failed and awaiting jobs are never claimed, however overdue."""
         failing_id = enqueue(store, clock)
         failing = claim_one(store, "w1")
         assert store.jobs.apply(fail(failing, clock, retry_in=timedelta(minutes=1)))

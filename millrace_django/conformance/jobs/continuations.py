@@ -38,9 +38,7 @@ def _get(store: StoreUnderTest, job_id: UUID) -> JobRecord:
     return job
 
 
-def _awaiting(
-    store: StoreUnderTest, clock: FakeClock, parent_id: UUID, **fields: object
-) -> UUID:
+def _awaiting(store: StoreUnderTest, clock: FakeClock, parent_id: UUID, **fields: object) -> UUID:
     """Insert an awaiting continuation of ``parent_id`` and return its effective id."""
     child = make_job(clock, state=JobState.AWAITING, parent_id=parent_id, **fields)
     (child_id,) = store.jobs.enqueue([child])
@@ -171,8 +169,13 @@ class ContinuationFacts(FactGroup):
         parent = _claim_parent(store, clock)
         assert store.jobs.apply(die(parent, clock)) is True
         clock.advance(timedelta(minutes=1))
-        late = make_job(clock, queue="children", state=JobState.AWAITING, parent_id=parent.id,
-                        idempotency_key="late")
+        late = make_job(
+            clock,
+            queue="children",
+            state=JobState.AWAITING,
+            parent_id=parent.id,
+            idempotency_key="late",
+        )
 
         assert store.jobs.enqueue([late]) == [late.id]
 
@@ -188,8 +191,13 @@ class ContinuationFacts(FactGroup):
         parent_id = enqueue(store, clock, queue="parents")
         assert store.jobs.try_cancel(parent_id) is True
         clock.advance(timedelta(minutes=1))
-        late = make_job(clock, queue="children", state=JobState.AWAITING, parent_id=parent_id,
-                        idempotency_key="late")
+        late = make_job(
+            clock,
+            queue="children",
+            state=JobState.AWAITING,
+            parent_id=parent_id,
+            idempotency_key="late",
+        )
 
         assert store.jobs.enqueue([late]) == [late.id]
 

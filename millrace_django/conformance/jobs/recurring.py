@@ -1,0 +1,372 @@
+"""Recurring definitions: upsert semantics and the compare-and-set fire."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from functools import partial
+from typing import Any, ClassVar
+from uuid import UUID
+
+from millrace_django.clock import FakeClock
+from millrace_django.conformance.harness import StoreUnderTest
+from millrace_django.conformance.suite import FactGroup
+from millrace_django.conformance.support import (
+    RACERS,
+    ROUNDS,
+    make_job,
+    make_recurring,
+    race,
+)
+from millrace_django.contract import (
+    Invocation,
+    JobRecord,
+    JobState,
+    RecurringRecord,
+    RetryKind,
+    RetrySpec,
+)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    return list(value)
+
+
+def _stored(store: StoreUnderTest, recurring_id: str) -> RecurringRecord:
+    record = store.jobs.get_recurring(recurring_id)
+    assert record is not None, f"recurring definition {recurring_id!r} is missing"
+    return record
+
+
+def _assert_same_invocation(got: Invocation, expected: Invocation) -> None:
+    assert got.target == expected.target
+    assert _json(got.args) == _json(expected.args)
+    assert _json(got.kwargs) == _json(expected.kwargs)
+
+
+def _assert_same_recurring(got: RecurringRecord, expected: RecurringRecord) -> None:
+    assert got.id == expected.id
+    assert got.cron == expected.cron
+    assert got.timezone == expected.timezone
+    assert got.queue == expected.queue
+    _assert_same_invocation(got.invocation, expected.invocation)
+    assert got.next_fire_time == expected.next_fire_time
+    assert got.created_at == expected.created_at
+    assert got.updated_at == expected.updated_at
+    assert got.retry == expected.retry
+    assert got.priority == expected.priority
+    assert got.tenant_id == expected.tenant_id
+    assert got.last_fire_time == expected.last_fire_time
+
+
+def _fired_job(clock: FakeClock, recurring_id: str) -> JobRecord:
+    return make_job(clock, recurring_id=recurring_id)
+
+
+def _changed(record: RecurringRecord, clock: FakeClock, **fields: Any) -> RecurringRecord:
+    """``record`` as a redeploy would upsert it: every overwritable field changed."""
+    values: dict[str, Any] = {
+        "id": record.id,
+        "cron": record.cron,
+        "timezone": record.timezone,
+        "queue": "changed-queue",
+        "invocation": Invocation(target="conformance.changed:run", kwargs={"v": [2, "ü"]}),
+        "retry": RetrySpec(
+            kind=RetryKind.FIXED, max_attempts=4, base_delay=timedelta(seconds=9), jitter=True
+        ),
+        "priority": record.priority + 7,
+        "tenant_id": "tenant-changed",
+        "next_fire_time": record.next_fire_time + timedelta(days=3),
+        "created_at": clock.now(),
+        "updated_at": clock.now(),
+        "last_fire_time": None,
+    }
+    values.update(fields)
+    return RecurringRecord(**values)
+
+
+def _upserted_then_fired(store: StoreUnderTest, clock: FakeClock) -> tuple[RecurringRecord, UUID]:
+    """A stored definition that has fired once (so it has a last_fire_time) and its job."""
+    original = make_recurring(clock, priority=1)
+    store.jobs.upsert_recurring(original)
+    job = _fired_job(clock, original.id)
+    fired_next = original.next_fire_time + timedelta(days=1)
+    assert store.jobs.try_fire_recurring(
+        original.id, original.next_fire_time, fired_next, job
+    )
+    clock.advance(timedelta(hours=1))
+    return _stored(store, original.id), job.id
+
+
+class RecurringFacts(FactGroup):
+    heading: ClassVar[str] = "Recurring"
+
+    def test_recurring_upsert_roundtrips_all_fields(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A first upsert stores every field as given; GetRecurring returns them exactly."""
+        full = make_recurring(
+            clock,
+            "reports/weekly-ü",
+            cron="*/15 9-17 * * MON-FRI",
+            timezone="Europe/Paris",
+            queue="reports",
+            invocation=Invocation(
+                target="reports.tasks:weekly",
+                args=["Zoë ✓", 3.5, [1, {"a": None}]],
+                kwargs={"format": "pdf", "pages": [1, 2], "draft": True},
+            ),
+            next_fire_time=clock.now() + timedelta(hours=2, minutes=15),
+            created_at=clock.now() - timedelta(days=2),
+            updated_at=clock.now() - timedelta(days=1),
+            retry=RetrySpec(
+                kind=RetryKind.EXPONENTIAL,
+                max_attempts=6,
+                base_delay=timedelta(seconds=5),
+                max_delay=timedelta(minutes=30),
+                jitter=True,
+            ),
+            priority=-3,
+            tenant_id="acme",
+        )
+        bare = make_recurring(clock, "bare", invocation=Invocation(target="conformance.bare:run"))
+        store.jobs.upsert_recurring(full)
+        store.jobs.upsert_recurring(bare)
+
+        _assert_same_recurring(_stored(store, full.id), full)
+        _assert_same_recurring(_stored(store, bare.id), bare)
+        assert _stored(store, bare.id).timezone == "UTC"
+        assert _stored(store, full.id).last_fire_time is None
+        assert store.jobs.get_recurring("never-stored") is None
+
+    def test_recurring_upsert_with_same_cron_preserves_next_fire_time(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Same-schedule upsert overwrites the rest but keeps next/last fire time, created_at."""
+        before, _ = _upserted_then_fired(store, clock)
+        update = _changed(before, clock)
+
+        store.jobs.upsert_recurring(update)
+
+        expected = _changed(
+            before,
+            clock,
+            next_fire_time=before.next_fire_time,
+            last_fire_time=before.last_fire_time,
+            created_at=before.created_at,
+        )
+        _assert_same_recurring(_stored(store, before.id), expected)
+
+    def test_recurring_upsert_with_changed_cron_takes_the_records_next_fire_time(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A changed cron takes the record's next_fire_time; last fire and created_at stay."""
+        before, _ = _upserted_then_fired(store, clock)
+        update = _changed(before, clock, cron="30 4 * * *")
+
+        store.jobs.upsert_recurring(update)
+
+        expected = _changed(
+            before,
+            clock,
+            cron="30 4 * * *",
+            last_fire_time=before.last_fire_time,
+            created_at=before.created_at,
+        )
+        _assert_same_recurring(_stored(store, before.id), expected)
+        assert expected.next_fire_time != before.next_fire_time
+
+    def test_recurring_upsert_with_a_changed_time_zone_takes_the_records_next_fire_time(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A changed time zone is a schedule change: the record's next_fire_time is taken."""
+        before, _ = _upserted_then_fired(store, clock)
+        update = _changed(before, clock, timezone="America/New_York")
+
+        store.jobs.upsert_recurring(update)
+
+        expected = _changed(
+            before,
+            clock,
+            timezone="America/New_York",
+            last_fire_time=before.last_fire_time,
+            created_at=before.created_at,
+        )
+        _assert_same_recurring(_stored(store, before.id), expected)
+        assert expected.next_fire_time != before.next_fire_time
+
+    def test_get_due_recurring_returns_due_only_within_batch_limit(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """GetDueRecurring lists next_fire_time <= now, most overdue first, at most limit."""
+        now = clock.now()
+        fire_times = {
+            "due-now": now,
+            "future": now + timedelta(minutes=1),
+            "overdue-10": now - timedelta(minutes=10),
+            "overdue-5": now - timedelta(minutes=5),
+        }
+        for recurring_id, fire_time in fire_times.items():
+            store.jobs.upsert_recurring(
+                make_recurring(clock, recurring_id, next_fire_time=fire_time)
+            )
+
+        due = store.jobs.get_due_recurring(now, 10)
+        assert [r.id for r in due] == ["overdue-10", "overdue-5", "due-now"]
+        assert [r.next_fire_time for r in due] == [fire_times[r.id] for r in due]
+        assert [r.id for r in store.jobs.get_due_recurring(now, 1)] == ["overdue-10"]
+        assert [r.id for r in store.jobs.get_due_recurring(now, 2)] == ["overdue-10", "overdue-5"]
+        assert _stored(store, "overdue-10").next_fire_time == fire_times["overdue-10"]
+        assert _stored(store, "overdue-10").last_fire_time is None
+
+    def test_try_fire_cas_has_exactly_one_winner_and_one_enqueued_job(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """8 racers firing one occurrence: one wins, advances the definition, inserts one job."""
+        definition = make_recurring(clock)
+        store.jobs.upsert_recurring(definition)
+        expected = definition.next_fire_time
+        for _ in range(ROUNDS):
+            following = expected + timedelta(days=1)
+            jobs = [_fired_job(clock, definition.id) for _ in range(RACERS)]
+            fires: list[Callable[[], bool]] = [
+                partial(store.jobs.try_fire_recurring, definition.id, expected, following, job)
+                for job in jobs
+            ]
+            won = race(store, fires)
+
+            assert won.count(True) == 1, f"{won.count(True)} racers fired one occurrence"
+            assert won.count(False) == RACERS - 1
+            stored = _stored(store, definition.id)
+            assert stored.next_fire_time == following
+            assert stored.last_fire_time == expected
+            for job, fired in zip(jobs, won, strict=True):
+                found = store.jobs.get_job(job.id)
+                if fired:
+                    assert found is not None, "the winner's job was not inserted"
+                    assert found.state is JobState.ENQUEUED
+                    assert found.recurring_id == definition.id
+                else:
+                    assert found is None, "a losing fire inserted its job"
+            expected = following
+
+    def test_try_fire_with_stale_expected_time_returns_false_and_inserts_nothing(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A fire whose expected time is not the stored next_fire_time changes nothing."""
+        definition = make_recurring(clock)
+        store.jobs.upsert_recurring(definition)
+        current = definition.next_fire_time
+        following = current + timedelta(days=1)
+
+        for stale in (current - timedelta(minutes=1), current + timedelta(minutes=1)):
+            job = _fired_job(clock, definition.id)
+            assert store.jobs.try_fire_recurring(definition.id, stale, following, job) is False
+            assert store.jobs.get_job(job.id) is None
+        _assert_same_recurring(_stored(store, definition.id), definition)
+
+        assert store.jobs.try_fire_recurring(
+            definition.id, current, following, _fired_job(clock, definition.id)
+        )
+        replay = _fired_job(clock, definition.id)
+        later = following + timedelta(days=1)
+        assert store.jobs.try_fire_recurring(definition.id, current, later, replay) is False
+        assert store.jobs.get_job(replay.id) is None
+        stored = _stored(store, definition.id)
+        assert stored.next_fire_time == following
+        assert stored.last_fire_time == current
+
+    def test_try_fire_unknown_id_returns_false(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Firing an id that has no definition returns False and inserts nothing."""
+        store.jobs.upsert_recurring(make_recurring(clock, "known"))
+        job = _fired_job(clock, "unknown")
+        expected = clock.now() + timedelta(hours=3)
+
+        assert store.jobs.try_fire_recurring("unknown", expected, expected, job) is False
+        assert store.jobs.get_job(job.id) is None
+        assert store.jobs.get_recurring("unknown") is None
+
+    def test_remove_recurring_removes_the_definition(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Removing deletes the definition only: it no longer reads or fires; fired jobs stay."""
+        before, fired_id = _upserted_then_fired(store, clock)
+
+        assert store.jobs.remove_recurring(before.id) is True
+
+        assert store.jobs.get_recurring(before.id) is None
+        late = clock.now() + timedelta(days=365)
+        assert store.jobs.get_due_recurring(late, 10) == []
+        job = _fired_job(clock, before.id)
+        following = before.next_fire_time + timedelta(days=1)
+        assert store.jobs.try_fire_recurring(
+            before.id, before.next_fire_time, following, job
+        ) is False
+        assert store.jobs.get_job(job.id) is None
+        fired = store.jobs.get_job(fired_id)
+        assert fired is not None
+        assert fired.recurring_id == before.id
+
+    def test_remove_recurring_reports_whether_the_definition_existed(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Remove returns True for a stored definition, False for an unknown or removed one."""
+        store.jobs.upsert_recurring(make_recurring(clock, "kept"))
+        store.jobs.upsert_recurring(make_recurring(clock, "doomed"))
+
+        assert store.jobs.remove_recurring("never-stored") is False
+        assert store.jobs.remove_recurring("doomed") is True
+        assert store.jobs.remove_recurring("doomed") is False
+        assert store.jobs.get_recurring("kept") is not None
+
+    def test_same_cron_upsert_racing_fire_never_rewinds_next_fire_time(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Same-cron upserts racing a fire never rewind or lose it: exactly one fire wins."""
+        for round_number in range(ROUNDS):
+            definition = make_recurring(clock, f"race-{round_number}")
+            store.jobs.upsert_recurring(definition)
+            expected = definition.next_fire_time
+            following = expected + timedelta(days=1)
+            clock.advance(timedelta(minutes=1))
+            update = _changed(definition, clock)
+            jobs = [_fired_job(clock, definition.id) for _ in range(RACERS // 2)]
+            firers: list[Callable[[], object]] = [
+                partial(store.jobs.try_fire_recurring, definition.id, expected, following, job)
+                for job in jobs
+            ]
+            upserters: list[Callable[[], object]] = [
+                partial(store.jobs.upsert_recurring, update) for _ in range(RACERS - len(jobs))
+            ]
+            outcomes = race(store, _interleave(firers, upserters))
+            won = outcomes[0::2]
+
+            assert won.count(True) == 1, f"{won.count(True)} fires won one occurrence"
+            stored = _stored(store, definition.id)
+            assert stored.next_fire_time == following, "the next fire time was rewound"
+            assert stored.last_fire_time == expected
+            assert stored.queue == update.queue
+            assert stored.created_at == definition.created_at
+            for job, fired in zip(jobs, won, strict=True):
+                assert (store.jobs.get_job(job.id) is not None) is (fired is True)
+
+
+def _interleave(
+    firers: list[Callable[[], object]], upserters: list[Callable[[], object]]
+) -> list[Callable[[], object]]:
+    """Firers at even positions, upserters at odd ones."""
+    assert len(firers) == len(upserters)
+    mixed: list[Callable[[], object]] = []
+    for fire, upsert in zip(firers, upserters, strict=True):
+        mixed += [fire, upsert]
+    return mixed
+

@@ -1,0 +1,349 @@
+"""Workflow instances (revision-fenced documents) and bookmarks (durable, consume-once waits)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from functools import partial
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from millrace_django.clock import FakeClock
+from millrace_django.conformance.harness import StoreUnderTest
+from millrace_django.conformance.suite import FactGroup
+from millrace_django.conformance.support import (
+    RACERS,
+    ROUNDS,
+    make_bookmark,
+    make_instance,
+    make_job,
+    race,
+    state_of,
+    with_fields,
+)
+from millrace_django.contract import (
+    BookmarkRecord,
+    InstanceState,
+    JobRecord,
+    JobState,
+    WorkflowInstanceRecord,
+)
+from millrace_django.errors import ConcurrencyConflict, ParentJobNotFound
+from millrace_django.ids import new_id
+
+_Resume = Callable[[BookmarkRecord], Sequence[JobRecord]]
+
+
+def _create(store: StoreUnderTest, clock: FakeClock, **fields: Any) -> WorkflowInstanceRecord:
+    instance = make_instance(clock, **fields)
+    store.workflows.create_instance(instance)
+    stored = store.workflows.get_instance(instance.id)
+    assert stored is not None
+    return stored
+
+
+def _try_update(store: StoreUnderTest, instance: WorkflowInstanceRecord, expected: int) -> bool:
+    try:
+        store.workflows.update_instance(instance, expected)
+    except ConcurrencyConflict:
+        return False
+    return True
+
+
+def _consume(
+    store: StoreUnderTest, signal: str, correlation: str, resume: _Resume | None = None
+) -> BookmarkRecord | None:
+    return store.workflows.consume_bookmark(signal, correlation, resume)
+
+
+def _resume_with(jobs: Sequence[JobRecord]) -> _Resume:
+    def build(_bookmark: BookmarkRecord) -> Sequence[JobRecord]:
+        return jobs
+
+    return build
+
+
+class WorkflowStorageFacts(FactGroup):
+    """Every fact a :class:`~millrace_django.contract.WorkflowStorage` must hold."""
+
+    heading = "Workflow instances and bookmarks"
+
+    def test_create_and_get_roundtrip_with_revision_one(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Create and get roundtrip with revision one."""
+        instance = make_instance(
+            clock,
+            data={"order": 7, "lines": [1, "two", {"three": None}], "paid": False, "rate": 1.5},
+            definition_id="shipping",
+            definition_version=3,
+            state=InstanceState.SUSPENDED,
+            cursor={"node": "pack", "visits": [1, 2]},
+            tenant_id="acme",
+            updated_at=clock.now() + timedelta(seconds=1),
+        )
+        store.workflows.create_instance(instance)
+        assert store.workflows.get_instance(instance.id) == instance
+        assert store.workflows.get_instance(new_id(clock)) is None
+
+    def test_create_normalizes_revision_to_one_regardless_of_input(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Create normalizes revision to one regardless of input."""
+        instance = make_instance(clock, revision=42)
+        store.workflows.create_instance(instance)
+        stored = store.workflows.get_instance(instance.id)
+        assert stored is not None
+        assert stored.revision == 1
+        assert stored == with_fields(instance, revision=1)
+
+    def test_duplicate_create_throws_concurrency_exception(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Duplicate create throws concurrency exception."""
+        original = _create(store, clock, data={"who": "first"})
+        clock.advance(timedelta(seconds=1))
+        duplicate = with_fields(
+            original, data={"who": "second"}, definition_id="other", updated_at=clock.now()
+        )
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.create_instance(duplicate)
+        assert store.workflows.get_instance(original.id) == original
+
+    def test_update_with_matching_revision_increments_it(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Update with matching revision increments it."""
+        stored = _create(store, clock, data={"step": 1})
+        clock.advance(timedelta(seconds=5))
+        updated = with_fields(
+            stored,
+            data={"step": 2, "history": ["a"]},
+            cursor={"node": "b"},
+            state=InstanceState.SUSPENDED,
+            updated_at=clock.now(),
+        )
+        store.workflows.update_instance(updated, 1)
+        assert store.workflows.get_instance(stored.id) == with_fields(updated, revision=2)
+        clock.advance(timedelta(seconds=5))
+        store.workflows.update_instance(with_fields(updated, data={"step": 3}, revision=2), 2)
+        again = store.workflows.get_instance(stored.id)
+        assert again is not None
+        assert (again.revision, again.data) == (3, {"step": 3})
+
+    def test_update_with_stale_revision_throws_and_changes_nothing(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Update with stale revision throws and changes nothing."""
+        stored = _create(store, clock, data={"step": 1})
+        current = with_fields(stored, data={"step": 2}, updated_at=clock.now())
+        store.workflows.update_instance(current, 1)
+        clock.advance(timedelta(seconds=1))
+        stale = with_fields(
+            stored, data={"step": "stale"}, state=InstanceState.FAILED, updated_at=clock.now()
+        )
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.update_instance(stale, 1)
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.update_instance(stale, 3)
+        assert store.workflows.get_instance(stored.id) == with_fields(current, revision=2)
+
+    def test_update_of_missing_instance_throws_concurrency_exception(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Update of missing instance throws concurrency exception."""
+        never_created = make_instance(clock)
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.update_instance(never_created, 1)
+        assert store.workflows.get_instance(never_created.id) is None
+
+    def test_concurrent_updates_have_exactly_one_winner(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Concurrent updates have exactly one winner."""
+        for _ in range(ROUNDS):
+            stored = _create(store, clock)
+            writes = [with_fields(stored, data={"writer": n}) for n in range(RACERS)]
+            results = race(store, [partial(_try_update, store, write, 1) for write in writes])
+            assert results.count(True) == 1, f"winners: {results}"
+            winner = writes[results.index(True)]
+            assert store.workflows.get_instance(stored.id) == with_fields(winner, revision=2)
+
+    def test_consume_with_no_match_returns_null(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Consume with no match returns null (wrong correlation or wrong signal name)."""
+        instance = _create(store, clock)
+        bookmark = make_bookmark(clock, instance.id, signal_name="approved", correlation_id="o-1")
+        store.workflows.add_bookmark(bookmark)
+        assert _consume(store, "approved", "o-2") is None
+        assert _consume(store, "rejected", "o-1") is None
+        assert _consume(store, "Approved", "o-1") is None
+        assert _consume(store, "approved", "O-1") is None
+        assert _consume(store, "approved", "o-1") == bookmark
+
+    def test_consume_is_at_most_once_under_contention(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Consume is at most once under contention."""
+        instance = _create(store, clock)
+        for round_number in range(ROUNDS):
+            correlation = f"order-{round_number}"
+            bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
+            store.workflows.add_bookmark(bookmark)
+            consumer = partial(_consume, store, "approved", correlation)
+            results = race(store, [consumer] * RACERS)
+            assert [r for r in results if r is not None] == [bookmark]
+            assert _consume(store, "approved", correlation) is None
+
+    def test_consume_returns_the_oldest_matching_bookmark(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Consume returns the oldest matching bookmark (by created_at, whatever the ids)."""
+        instance = _create(store, clock)
+        low_id, high_id = sorted([new_id(clock), new_id(clock)])
+        older = make_bookmark(clock, instance.id, id=high_id)
+        clock.advance(timedelta(seconds=1))
+        newer = make_bookmark(clock, instance.id, id=low_id)
+        unrelated = make_bookmark(clock, instance.id, correlation_id="order-2")
+        store.workflows.add_bookmark(newer)
+        store.workflows.add_bookmark(unrelated)
+        store.workflows.add_bookmark(older)
+        assert _consume(store, "approved", "order-1") == older
+        assert _consume(store, "approved", "order-1") == newer
+        assert _consume(store, "approved", "order-1") is None
+        assert _consume(store, "approved", "order-2") == unrelated
+
+    def test_consume_breaks_created_at_ties_by_id(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Consume breaks created_at ties by id in RFC 4122 byte order."""
+        instance = _create(store, clock)
+        # Byte order puts `first` before `second`; creation order, little-endian field order
+        # (uuid.bytes_le, .NET Guid) and SQL Server uniqueidentifier order all put it after.
+        first = UUID("00000001-0000-7000-8000-000000000002")
+        second = UUID("01000000-0000-7000-8000-000000000001")
+        assert first.bytes < second.bytes
+        assert first.bytes_le > second.bytes_le
+        assert first.bytes[10:] > second.bytes[10:]
+        later = make_bookmark(clock, instance.id, id=second)
+        earlier = make_bookmark(clock, instance.id, id=first)
+        store.workflows.add_bookmark(later)
+        store.workflows.add_bookmark(earlier)
+        assert _consume(store, "approved", "order-1") == earlier
+        assert _consume(store, "approved", "order-1") == later
+        assert _consume(store, "approved", "order-1") is None
+
+    def test_create_instance_with_jobs_commits_the_instance_and_its_first_jobs_together(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """create_instance with jobs commits the instance and its first jobs together."""
+        instance = make_instance(clock, revision=5)
+        first = make_job(clock, workflow_instance_id=instance.id, activity_node_id="start")
+        side = make_job(
+            clock, queue="audit", workflow_instance_id=instance.id, activity_node_id="audit"
+        )
+        store.workflows.create_instance(instance, enqueue=[first, side])
+        assert store.workflows.get_instance(instance.id) == with_fields(instance, revision=1)
+        for job in (first, side):
+            assert store.jobs.get_job(job.id) == job
+
+    def test_a_duplicate_instance_create_stores_none_of_its_jobs(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A duplicate instance create stores none of its jobs."""
+        original = _create(store, clock, data={"who": "first"})
+        job = make_job(clock, workflow_instance_id=original.id, activity_node_id="start")
+        duplicate = with_fields(original, data={"who": "second"})
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.create_instance(duplicate, enqueue=[job])
+        assert store.jobs.get_job(job.id) is None
+        assert store.workflows.get_instance(original.id) == original
+
+    def test_an_instance_whose_first_job_cannot_be_stored_is_not_created(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """An instance whose first job cannot be stored is not created."""
+        instance = make_instance(clock)
+        valid = make_job(clock, workflow_instance_id=instance.id, activity_node_id="start")
+        orphan = make_job(
+            clock,
+            state=JobState.AWAITING,
+            parent_id=new_id(clock),
+            workflow_instance_id=instance.id,
+            activity_node_id="then",
+        )
+        with pytest.raises(ParentJobNotFound):
+            store.workflows.create_instance(instance, enqueue=[valid, orphan])
+        assert store.workflows.get_instance(instance.id) is None
+        assert store.jobs.get_job(valid.id) is None
+        assert store.jobs.get_job(orphan.id) is None
+        store.workflows.create_instance(instance, enqueue=[valid])
+        assert store.workflows.get_instance(instance.id) is not None
+
+    def test_consume_bookmark_enqueues_the_resume_jobs_in_the_same_atom(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """consume_bookmark enqueues the resume jobs in the same atom."""
+        instance = _create(store, clock)
+        bookmark = make_bookmark(clock, instance.id, payload_type="shop.Approval")
+        store.workflows.add_bookmark(bookmark)
+        seen: list[BookmarkRecord] = []
+        resume = make_job(clock, workflow_instance_id=instance.id, activity_node_id="resume")
+
+        def build(consumed: BookmarkRecord) -> Sequence[JobRecord]:
+            seen.append(consumed)
+            return [resume]
+
+        assert _consume(store, "approved", "order-1", build) == bookmark
+        assert seen == [bookmark]
+        assert store.jobs.get_job(resume.id) == resume
+        assert _consume(store, "approved", "order-1", build) is None
+        assert seen == [bookmark], "the callback runs only for a consumed bookmark"
+
+    def test_a_resume_job_that_cannot_be_stored_leaves_the_bookmark_in_place(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A resume job that cannot be stored leaves the bookmark in place."""
+        instance = _create(store, clock)
+        bookmark = make_bookmark(clock, instance.id)
+        store.workflows.add_bookmark(bookmark)
+        orphan = make_job(
+            clock,
+            state=JobState.AWAITING,
+            parent_id=new_id(clock),
+            workflow_instance_id=instance.id,
+            activity_node_id="resume",
+        )
+        with pytest.raises(ParentJobNotFound):
+            _consume(store, "approved", "order-1", _resume_with([orphan]))
+        assert store.jobs.get_job(orphan.id) is None
+        resume = make_job(clock, workflow_instance_id=instance.id, activity_node_id="resume")
+        assert _consume(store, "approved", "order-1", _resume_with([resume])) == bookmark
+        assert state_of(store, resume.id) is JobState.ENQUEUED
+
+    def test_concurrent_consumers_with_enqueue_callbacks_store_exactly_one_resume_job(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Concurrent consumers with enqueue callbacks store exactly one resume job."""
+        instance = _create(store, clock)
+        for round_number in range(ROUNDS):
+            correlation = f"order-{round_number}"
+            bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
+            store.workflows.add_bookmark(bookmark)
+            jobs = [
+                make_job(clock, workflow_instance_id=instance.id, activity_node_id="resume")
+                for _ in range(RACERS)
+            ]
+            consumers = [
+                partial(_consume, store, "approved", correlation, _resume_with([job]))
+                for job in jobs
+            ]
+            results = race(store, consumers)
+            winners = [n for n, result in enumerate(results) if result is not None]
+            assert len(winners) == 1, f"consumers that got the bookmark: {winners}"
+            assert results[winners[0]] == bookmark
+            stored = [job.id for job in jobs if store.jobs.get_job(job.id) is not None]
+            assert stored == [jobs[winners[0]].id]

@@ -1,0 +1,111 @@
+"""Records are frozen data; the attempt-history rule and tenant filters are shared logic."""
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+import pytest
+
+from millrace_django.contract import (
+    AttemptOutcome,
+    Invocation,
+    JobRecord,
+    JobState,
+    JobTransition,
+    RetrySpec,
+    TenantFilter,
+    clamp_limit,
+    oldest_kept_attempt,
+    outcome_of,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _job() -> JobRecord:
+    return JobRecord(
+        id=uuid4(),
+        queue="default",
+        invocation=Invocation(target="app.jobs:send"),
+        state=JobState.ENQUEUED,
+        created_at=NOW,
+    )
+
+
+def _transition(target: JobState, failures: int) -> JobTransition:
+    return JobTransition(
+        job_id=uuid4(),
+        expected_worker_id="w1",
+        expected_attempt=1,
+        target=target,
+        failures=failures,
+    )
+
+
+def test_records_are_frozen() -> None:
+    job = _job()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.state = JobState.DEAD  # type: ignore[misc]
+
+
+def test_records_take_keyword_arguments_only() -> None:
+    with pytest.raises(TypeError):
+        Invocation("app.jobs:send")  # type: ignore[misc]
+
+
+def test_a_new_job_defaults_to_no_retry_and_no_attempts() -> None:
+    job = _job()
+    assert job.retry == RetrySpec()
+    assert (job.attempt, job.failures, job.cancel_requested) == (0, 0, False)
+
+
+def test_a_failure_is_recorded_as_a_failed_attempt() -> None:
+    assert outcome_of(_transition(JobState.FAILED, 1), prior_failures=0) is AttemptOutcome.FAILED
+
+
+def test_a_dead_transition_that_counts_a_failure_is_recorded() -> None:
+    outcome = outcome_of(_transition(JobState.DEAD, 3), prior_failures=2)
+    assert outcome is AttemptOutcome.FAILED
+
+
+def test_a_poison_pill_verdict_records_nothing() -> None:
+    assert outcome_of(_transition(JobState.DEAD, 2), prior_failures=2) is None
+
+
+def test_a_release_is_recorded_as_an_interruption() -> None:
+    outcome = outcome_of(_transition(JobState.ENQUEUED, 0), prior_failures=0)
+    assert outcome is AttemptOutcome.INTERRUPTED
+
+
+def test_success_and_cancellation_record_nothing() -> None:
+    assert outcome_of(_transition(JobState.SUCCEEDED, 0), prior_failures=0) is None
+    assert outcome_of(_transition(JobState.CANCELLED, 0), prior_failures=0) is None
+
+
+def test_history_keeps_the_last_ten_attempts() -> None:
+    assert oldest_kept_attempt(15) == 6
+    assert oldest_kept_attempt(3) <= 1
+
+
+@pytest.mark.parametrize(("asked", "given"), [(0, 50), (-5, 50), (1, 1), (200, 200), (10_000, 200)])
+def test_page_sizes_are_clamped_never_rejected(asked: int, given: int) -> None:
+    assert clamp_limit(asked) == given
+
+
+def test_tenant_filters_match_any_untenanted_or_one_tenant() -> None:
+    assert TenantFilter.any().matches(None) and TenantFilter.any().matches("acme")
+    assert TenantFilter.untenanted().matches(None)
+    assert not TenantFilter.untenanted().matches("acme")
+    assert TenantFilter.of("acme").matches("acme")
+    assert not TenantFilter.of("acme").matches(None)
+    assert not TenantFilter.of("acme").matches("globex")
+
+
+def test_a_tenant_filter_needs_a_non_blank_tenant() -> None:
+    with pytest.raises(ValueError, match="non-blank"):
+        TenantFilter.of("  ")
+
+
+def test_retry_delays_are_timedeltas() -> None:
+    spec = RetrySpec(max_attempts=3, base_delay=timedelta(seconds=5))
+    assert spec.base_delay.total_seconds() == 5

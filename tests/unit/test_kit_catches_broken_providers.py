@@ -1,0 +1,180 @@
+"""The kit has teeth: deliberately broken providers fail the facts that guard them.
+
+Each broken provider is the in-memory provider with one guarantee taken away. The same
+fact passes against the intact provider, so the failure is the breakage, not the fact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from uuid import UUID
+
+import pytest
+
+from millrace_django.clock import Clock, FakeClock, SystemClock
+from millrace_django.conformance.jobs.claims import ClaimFacts
+from millrace_django.conformance.jobs.fence import FenceFacts
+from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+from millrace_django.conformance.workflows import WorkflowStorageFacts
+from millrace_django.contract import (
+    BookmarkRecord,
+    ClaimRequest,
+    JobRecord,
+    JobState,
+    JobTransition,
+)
+from millrace_django.storage.memory import MemoryStorage, MemoryStoreUnderTest
+
+STALE_READ_PAUSE = 0.005  # long enough for the other racers to read the same rows
+
+
+class ReadThenWriteClaim(MemoryStorage):
+    """Picks its jobs under the lock, then leases them after letting go of it."""
+
+    def claim(self, request: ClaimRequest) -> list[JobRecord]:
+        with self._reading() as tables:
+            picked = [
+                job
+                for job in tables.jobs.values()
+                if job.state is JobState.ENQUEUED and job.queue in request.queues
+            ][: request.max_count]
+        time.sleep(STALE_READ_PAUSE)
+        with self._atomic() as log:
+            leased = []
+            for job in picked:
+                current = log.tables.jobs[job.id]
+                claimed = replace(
+                    current,
+                    state=JobState.PROCESSING,
+                    worker_id=request.worker_id,
+                    lease_until=self.clock.now() + request.lease,
+                    attempt=current.attempt + 1,
+                )
+                log.put_job(current, claimed)
+                leased.append(claimed)
+            return leased
+
+
+class UnfencedApply(MemoryStorage):
+    """Applies a transition to whoever holds the job, ignoring worker and attempt."""
+
+    def apply(self, transition: JobTransition) -> bool:
+        job = self.get_job(transition.job_id)
+        if job is None or job.worker_id is None:
+            return False
+        fenced = replace(
+            transition, expected_worker_id=job.worker_id, expected_attempt=job.attempt
+        )
+        return super().apply(fenced)
+
+
+class ReadThenWriteKeys(MemoryStorage):
+    """Checks the idempotency scope, then inserts after letting go of the lock."""
+
+    def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
+        with self._reading() as tables:
+            held = [
+                tables.active_keys.get((job.tenant_id, job.idempotency_key or ""))
+                for job in jobs
+            ]
+        time.sleep(STALE_READ_PAUSE)
+        with self._atomic() as log:
+            ids: list[UUID] = []
+            for job, holder in zip(jobs, held, strict=True):
+                if holder is not None:
+                    ids.append(holder)
+                else:
+                    log.insert_job(job)
+                    ids.append(job.id)
+            return ids
+
+
+class ReadThenDeleteBookmark(MemoryStorage):
+    """Finds the oldest bookmark, then deletes it after letting go of the lock."""
+
+    def consume_bookmark(  # type: ignore[override]
+        self, signal_name: str, correlation_id: str, enqueue: object = None
+    ) -> BookmarkRecord | None:
+        with self._reading() as tables:
+            matches = [
+                b
+                for b in tables.bookmarks.values()
+                if (b.signal_name, b.correlation_id) == (signal_name, correlation_id)
+            ]
+        if not matches:
+            return None
+        time.sleep(STALE_READ_PAUSE)
+        oldest = min(matches, key=lambda b: (b.created_at, b.id.bytes))
+        with self._atomic() as log:
+            log.set(log.tables.bookmarks, oldest.id, None)
+        return oldest
+
+
+class WallClock(MemoryStorage):
+    """Ignores the clock it was handed and reads the wall clock instead."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(SystemClock())
+
+
+Fact = Callable[[MemoryStoreUnderTest, FakeClock], None]
+Provider = Callable[[Clock], MemoryStorage]
+
+CASES: list[tuple[str, Provider, Fact]] = [
+    (
+        "a claim that is not exclusive",
+        ReadThenWriteClaim,
+        ClaimFacts().test_claim_is_exclusive_under_contention,
+    ),
+    (
+        "an apply without the fence (wrong worker)",
+        UnfencedApply,
+        FenceFacts().test_apply_with_wrong_worker_is_rejected_without_changes,
+    ),
+    (
+        "an apply without the fence (zombie worker)",
+        UnfencedApply,
+        FenceFacts().test_apply_zombie_versus_new_owner_exactly_one_wins,
+    ),
+    (
+        "an idempotency check that reads then writes",
+        ReadThenWriteKeys,
+        IdempotencyFacts().test_concurrent_same_key_enqueues_yield_exactly_one_job,
+    ),
+    (
+        "a bookmark consumed by read then delete",
+        ReadThenDeleteBookmark,
+        WorkflowStorageFacts().test_consume_is_at_most_once_under_contention,
+    ),
+    (
+        "a provider that reads the wall clock",
+        WallClock,
+        ClaimFacts().test_claim_sets_processing_worker_lease_and_increments_attempt,
+    ),
+    (
+        "a provider that reads the wall clock (lease expiry)",
+        WallClock,
+        ClaimFacts().test_expired_lease_is_reclaimable_and_increments_attempt,
+    ),
+]
+
+
+def _run(provider: Provider, fact: Fact) -> None:
+    clock = FakeClock()
+    fact(MemoryStoreUnderTest(provider(clock)), clock)
+
+
+@pytest.mark.parametrize(("breakage", "provider", "fact"), CASES, ids=[c[0] for c in CASES])
+def test_the_kit_fails_a_provider_with(breakage: str, provider: Provider, fact: Fact) -> None:
+    with pytest.raises(AssertionError):
+        _run(provider, fact)
+
+
+@pytest.mark.parametrize(("breakage", "provider", "fact"), CASES, ids=[c[0] for c in CASES])
+def test_the_same_fact_passes_the_intact_provider(
+    breakage: str, provider: Provider, fact: Fact
+) -> None:
+    _run(MemoryStorage, fact)
+
