@@ -12,7 +12,7 @@ test: system-deps $(PY) lint typecheck layers facts-check migrations-check
 	@bash scripts/testdb.sh run -- $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 system-deps:
-	@bash scripts/system-deps.sh
+	@bash scripts/testdb.sh deps
 
 $(PY): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh

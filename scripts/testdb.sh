@@ -349,8 +349,24 @@ cmd_run() {
     MILLRACE_TEST_POSTGRES_URL=$(pg_url)
     MILLRACE_TEST_MARIADB_URL=$(my_url)
     log "PostgreSQL on 127.0.0.1:$PG_PORT, MariaDB on 127.0.0.1:$MY_PORT"
-    local rc=0
-    "$@" || rc=$?
+    # Run the command in the background (keeping our stdin) so that a TERM/INT sent to
+    # this script is forwarded to it at once and the servers are still stopped after.
+    local rc=0 child
+    "$@" <&0 &
+    child=$!
+    trap 'kill -TERM "$child" 2>/dev/null || true' TERM
+    trap 'kill -INT "$child" 2>/dev/null || true' INT
+    while :; do
+        rc=0
+        wait "$child" || rc=$?
+        kill -0 "$child" 2>/dev/null || break
+    done
+    if [ "$rc" -gt 128 ]; then
+        # Possibly the status of an interrupted wait: ask for the recorded one.
+        local recorded=0
+        wait "$child" 2>/dev/null || recorded=$?
+        [ "$recorded" -ne 127 ] && rc=$recorded
+    fi
     exit "$rc"
 }
 
@@ -422,8 +438,9 @@ main() {
         start) cmd_start ;;
         env) cmd_env ;;
         stop) cmd_stop ;;
+        deps) ensure_packages ;;
         *)
-            echo "usage: $0 run -- <command...> | start | env | stop" >&2
+            echo "usage: $0 run -- <command...> | start | env | stop | deps" >&2
             exit 2
             ;;
     esac

@@ -79,7 +79,10 @@ def _server_database(url: str) -> dict[str, object]:
 
 
 # The job storage may live in its own alias; the test suite binds the kit to each of these.
-for _alias, _variable in (("postgres", "MILLRACE_TEST_POSTGRES_URL"), ("mariadb", "MILLRACE_TEST_MARIADB_URL")):
+for _alias, _variable in (
+    ("postgres", "MILLRACE_TEST_POSTGRES_URL"),
+    ("mariadb", "MILLRACE_TEST_MARIADB_URL"),
+):
     if os.environ.get(_variable):
         DATABASES[_alias] = _server_database(os.environ[_variable])
 

@@ -20,7 +20,7 @@ def test_terminal_job_states_are_succeeded_dead_and_cancelled() -> None:
 def test_a_failed_job_is_active_because_it_awaits_a_retry() -> None:
     assert JobState.FAILED in ACTIVE_JOB_STATES
     assert ACTIVE_JOB_STATES.isdisjoint(TERMINAL_JOB_STATES)
-    assert ACTIVE_JOB_STATES | TERMINAL_JOB_STATES == set(JobState)
+    assert set(JobState) == ACTIVE_JOB_STATES | TERMINAL_JOB_STATES
 
 
 def test_terminal_states_never_change_again() -> None:

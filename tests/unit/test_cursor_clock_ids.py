@@ -68,7 +68,7 @@ def test_the_fake_clock_starts_at_the_kit_epoch_and_moves_only_forward() -> None
 
 def test_the_fake_clock_refuses_naive_instants_and_normalizes_to_utc() -> None:
     with pytest.raises(ValueError, match="aware"):
-        FakeClock(datetime(2026, 1, 1))  # noqa: DTZ001 - the point of the test
+        FakeClock(datetime(2026, 1, 1))
     paris = timezone(timedelta(hours=1))
     assert FakeClock(datetime(2026, 1, 1, 1, tzinfo=paris)).now().tzinfo == UTC
 

@@ -64,9 +64,7 @@ class UnfencedApply(MemoryStorage):
         job = self.get_job(transition.job_id)
         if job is None or job.worker_id is None:
             return False
-        fenced = replace(
-            transition, expected_worker_id=job.worker_id, expected_attempt=job.attempt
-        )
+        fenced = replace(transition, expected_worker_id=job.worker_id, expected_attempt=job.attempt)
         return super().apply(fenced)
 
 
@@ -76,8 +74,7 @@ class ReadThenWriteKeys(MemoryStorage):
     def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
         with self._reading() as tables:
             held = [
-                tables.active_keys.get((job.tenant_id, job.idempotency_key or ""))
-                for job in jobs
+                tables.active_keys.get((job.tenant_id, job.idempotency_key or "")) for job in jobs
             ]
         time.sleep(STALE_READ_PAUSE)
         with self._atomic() as log:
@@ -177,4 +174,3 @@ def test_the_same_fact_passes_the_intact_provider(
     breakage: str, provider: Provider, fact: Fact
 ) -> None:
     _run(MemoryStorage, fact)
-

@@ -159,18 +159,19 @@ class CancellationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Cancels racing the worker's succeeded apply never revert or replace its outcome."""
-        for _ in range(ROUNDS):
+        for round_no in range(ROUNDS):
             job_id = enqueue(store, clock)
             claimed = claim_one(store, "w1")
             assert claimed.id == job_id
             actions: list[Callable[[], bool]] = [
                 partial(store.jobs.try_cancel, job_id) for _ in range(RACERS - 1)
             ]
-            actions.insert(RACERS // 2, partial(store.jobs.apply, succeed(claimed, clock)))
+            position = round_no % RACERS  # every start position, as racers start staggered
+            actions.insert(position, partial(store.jobs.apply, succeed(claimed, clock)))
 
             results = race(store, actions)
 
-            assert results[RACERS // 2] is True
+            assert results[position] is True
             done = _get(store, job_id)
             assert done.state is JobState.SUCCEEDED
             assert done.finished_at == clock.now()
@@ -184,7 +185,7 @@ class CancellationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A cancel racing activation and claims of a due retry either wins or flags the owner."""
-        for _ in range(ROUNDS):
+        for round_no in range(ROUNDS):
             job_id = enqueue(store, clock)
             first = claim_one(store, "w1")
             assert first.id == job_id
@@ -198,11 +199,12 @@ class CancellationFacts(FactGroup):
             actions: list[Callable[[], list[JobRecord] | bool]] = [
                 partial(activate_and_claim, f"w{n}") for n in range(2, RACERS + 1)
             ]
-            actions.insert(RACERS // 2, partial(store.jobs.try_cancel, job_id))
+            position = round_no % RACERS  # every start position, as racers start staggered
+            actions.insert(position, partial(store.jobs.try_cancel, job_id))
 
             results = race(store, actions)
 
-            cancelled = results.pop(RACERS // 2)
+            cancelled = results.pop(position)
             assert cancelled is True
             claims = [job for result in results if isinstance(result, list) for job in result]
             assert len(claims) <= 1, claims

@@ -104,6 +104,18 @@ class ContinuationFacts(FactGroup):
         claimed = claim(store, "w2", queues=["children"], max_count=10)
         assert sorted(job.id for job in claimed) == sorted([child_a, child_b])
 
+    def test_continuations_move_only_when_the_transition_asks_them_to(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A terminal transition without the continuation flags leaves awaiting children be."""
+        parent = _claim_parent(store, clock)
+        child = _awaiting(store, clock, parent.id, queue="children")
+
+        assert store.jobs.apply(succeed(parent, clock)) is True
+
+        assert _get(store, child).state is JobState.AWAITING
+        assert claim(store, "w2", queues=["children"], max_count=10) == []
+
     def test_parent_death_cancels_the_transitive_awaiting_closure_and_releases_keys(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
@@ -249,7 +261,8 @@ class ContinuationFacts(FactGroup):
                 return True
 
             actions: list[Callable[[], bool]] = [partial(insert, b) for b in batches]
-            actions.insert(RACERS // 2, partial(store.jobs.apply, finish))
+            # Rotate the finisher through every start position: racers do not start together.
+            actions.insert(round_no % (RACERS + 1), partial(store.jobs.apply, finish))
             results = race(store, actions)
 
             assert all(results), results

@@ -132,23 +132,29 @@ class RenewalFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Renewal racing reclaim of an expired lease: renewal wins alone, or one claim does."""
-        for _ in range(ROUNDS):
+        for round_number in range(ROUNDS):
             job_id = enqueue(store, clock)
             claim_one(store, "w1")
             clock.advance(LEASE + timedelta(seconds=1))
-            renewers: list[Callable[[], object]] = [
+            # Roles alternate, and which role leads flips every round: where threads do not
+            # start together, either side still gets to read first.
+            roles = [(position + round_number) % 2 == 0 for position in range(RACERS)]
+            actions: list[Callable[[], object]] = [
                 partial(store.jobs.renew_leases, "w1", [job_id], LEASE)
-                for _ in range(RACERS // 2)
+                if renews
+                else partial(claim, store, f"thief{position}")
+                for position, renews in enumerate(roles)
             ]
-            claimers: list[Callable[[], object]] = [
-                partial(claim, store, f"thief{n}") for n in range(RACERS - RACERS // 2)
-            ]
-            outcomes = race(store, renewers + claimers)
+            outcomes = race(store, actions)
 
-            renewed = sum(1 for result in outcomes[: len(renewers)] if result == {job_id})
-            claimed = [
-                job for result in outcomes[len(renewers) :] for job in _claimed(result)
-            ]
+            renewed = 0
+            claimed: list[JobRecord] = []
+            for renews, result in zip(roles, outcomes, strict=True):
+                if renews:
+                    assert result in (set(), {job_id}), f"renewal returned {result!r}"
+                    renewed += bool(result)
+                else:
+                    claimed += _claimed(result)
             stored = _stored(store, job_id)
             assert stored.state is JobState.PROCESSING
             if claimed:
@@ -204,9 +210,7 @@ class RenewalFacts(FactGroup):
             invocation=Invocation(target="conformance.bare:run"),
             retry=RetrySpec(kind=RetryKind.FIXED, max_attempts=2, base_delay=timedelta(1)),
         )
-        awaiting = make_job(
-            clock, state=JobState.AWAITING, parent_id=parent_id, priority=2**31 - 1
-        )
+        awaiting = make_job(clock, state=JobState.AWAITING, parent_id=parent_id, priority=2**31 - 1)
         assert store.jobs.enqueue([full, bare, awaiting]) == [full.id, bare.id, awaiting.id]
 
         for expected in (full, bare, awaiting):

@@ -169,7 +169,5 @@ class AttemptHistoryFacts(FactGroup):
         cancelled_id = enqueue(store, clock, queue="cancel")
         job = claim_one(store, "w1", queues=["cancel"])
         assert store.jobs.try_cancel(cancelled_id)
-        assert store.jobs.apply(
-            transition(job, JobState.CANCELLED, finished_at=clock.now())
-        )
+        assert store.jobs.apply(transition(job, JobState.CANCELLED, finished_at=clock.now()))
         assert _history(store, cancelled_id) == []

@@ -133,9 +133,7 @@ class JobQueryFacts(FactGroup):
         assert [len(page) for page in pages] == [3, 3, 3, 1]
         assert [job_id for page in pages for job_id in page] == expected
 
-    def test_last_page_reports_a_null_cursor(
-        self, store: StoreUnderTest, clock: FakeClock
-    ) -> None:
+    def test_last_page_reports_a_null_cursor(self, store: StoreUnderTest, clock: FakeClock) -> None:
         """Last page reports a null cursor, also when it is exactly full."""
         expected = _seed_with_ties(store, clock, 6)
         first = _query(store, limit=3)
@@ -198,11 +196,8 @@ class JobQueryFacts(FactGroup):
         with pytest.raises(InvalidCursor):
             _query(store, cursor=page.next_cursor, limit=2)
 
-    def test_limit_is_clamped_never_rejected(
-        self, store: StoreUnderTest, clock: FakeClock
-    ) -> None:
-        """Limit is clamped, never rejected: below one means the default, above the max
-        means the max."""
+    def test_limit_is_clamped_never_rejected(self, store: StoreUnderTest, clock: FakeClock) -> None:
+        """Limit is clamped, never rejected (below one: the default; above the max: the max)."""
         store.jobs.enqueue([make_job(clock) for _ in range(MAX_PAGE_SIZE + 1)])
         for small in (0, -5):
             page = _query(store, limit=small)

@@ -89,9 +89,7 @@ class StatisticsFacts(FactGroup):
         store.workflows.create_instance(make_instance(clock))
         stats = store.monitoring.get_statistics(TenantFilter.any())
         assert set(stats.jobs_by_state) == set(JobState)
-        assert dict(stats.jobs_by_state) == _jobs_by_state(
-            enqueued=3, cancelled=1, processing=1
-        )
+        assert dict(stats.jobs_by_state) == _jobs_by_state(enqueued=3, cancelled=1, processing=1)
         assert _non_zero(stats) == {"default": 2, "mail": 1}
         assert set(stats.instances_by_state) == set(InstanceState)
         assert dict(stats.instances_by_state) == _instances_by_state(running=1)
@@ -122,8 +120,7 @@ class StatisticsFacts(FactGroup):
     def test_statistics_count_recurring_definitions_and_overdue_ones(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Statistics count recurring definitions and the overdue ones (by the injected
-        clock, due time inclusive)."""
+        """Statistics count recurring definitions and the overdue ones (due time inclusive)."""
         soon = clock.now() + timedelta(minutes=5)
         store.jobs.upsert_recurring(make_recurring(clock, "soon", next_fire_time=soon))
         store.jobs.upsert_recurring(

@@ -1,0 +1,106 @@
+"""Errors the engine raises on purpose.
+
+Mistakes a caller can fix (bad arguments, bad cron, unknown queue) subclass the built-in
+``TypeError``/``ValueError`` they resemble, so ordinary ``except ValueError`` code works;
+every one also subclasses :class:`~millrace_django.errors.MillraceError`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+from millrace_django.errors import MillraceError
+
+
+class InvalidJobDefinition(MillraceError, TypeError):
+    """``@job`` was applied to something a worker could not find again by import."""
+
+
+class InvalidJobArguments(MillraceError, TypeError):
+    """The arguments do not fit the job function's signature; nothing was written."""
+
+
+class UnserializableArgument(InvalidJobArguments):
+    """An argument would not survive the trip through JSON unchanged; nothing was written."""
+
+    def __init__(self, target: str, argument: str, problem: str) -> None:
+        super().__init__(f"cannot enqueue {target}: argument {argument!r} {problem}")
+        self.target = target
+        self.argument = argument
+
+
+class InvalidRetry(MillraceError, ValueError):
+    """A retry policy with impossible numbers (no attempts, negative delays)."""
+
+
+class InvalidCron(MillraceError, ValueError):
+    """A cron expression that cannot be parsed or never fires."""
+
+
+class UnknownTimezone(InvalidCron):
+    """A time zone name the zone database does not know."""
+
+
+class InvalidSchedule(MillraceError, ValueError):
+    """A due time the engine refuses: negative delay, naive datetime, both or neither."""
+
+
+class UnknownQueue(MillraceError, ValueError):
+    """A queue no node is configured to claim from; such a job would wait forever."""
+
+    def __init__(self, queue: str, known: frozenset[str]) -> None:
+        names = ", ".join(sorted(known)) or "none"
+        super().__init__(f"queue {queue!r} is not configured (configured queues: {names})")
+        self.queue = queue
+
+
+class DuplicateIdempotencyKey(MillraceError, ValueError):
+    """Two items of one batch share a (tenant, idempotency key); nothing was written."""
+
+
+class JobNotFinished(MillraceError):
+    """Requeue was asked for a job that can still run (the dashboard answers 409)."""
+
+    def __init__(self, job_id: UUID, state: str) -> None:
+        super().__init__(
+            f"job {job_id} is {state}; only succeeded, dead or cancelled jobs can be "
+            "requeued (use run_now to retry a failed job now)"
+        )
+        self.job_id = job_id
+        self.state = state
+
+
+class NotConfigured(MillraceError):
+    """``fn.enqueue()`` was called before the app wired a default client."""
+
+
+class UnrunnableJob(MillraceError):
+    """A stored job the worker cannot even start; it is declared dead without a retry."""
+
+
+class UnresolvableTarget(UnrunnableJob):
+    """The stored target no longer imports to a ``@job`` function."""
+
+
+class InvalidStoredArguments(UnrunnableJob):
+    """The stored arguments no longer fit the job function."""
+
+
+class JobCancelled(MillraceError):
+    """Raised by ``context.raise_if_cancelled()`` once the job's cancellation fired."""
+
+
+class JobTimedOut(MillraceError):
+    """A job ran past its timeout; recorded as an ordinary failure."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        super().__init__(f"Timed out after {describe_duration(timeout)}.")
+        self.timeout = timeout
+
+
+def describe_duration(span: timedelta) -> str:
+    """``timedelta(minutes=2)`` -> ``"120 seconds"``: the unit operators think in."""
+    seconds = span.total_seconds()
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+    return f"{text} second" if text == "1" else f"{text} seconds"
