@@ -7,3 +7,6 @@ class MillraceConfig(AppConfig):
     name = "millrace_django"
     verbose_name = "Millrace"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from millrace_django import checks  # noqa: F401 - registers the system checks

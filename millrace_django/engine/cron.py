@@ -112,8 +112,8 @@ def _check_syntax(expression: str) -> None:
     fields = expression.split()
     if len(fields) != len(_FIELDS):
         raise InvalidCron(
-            f"cron {expression!r} has {len(fields)} fields; expected 5 "
-            "(minute hour day-of-month month day-of-week)"
+            f"cron {expression!r} must have 5 fields "
+            f"(minute hour day-of-month month day-of-week); it has {len(fields)}"
         )
     for position, (name, text) in enumerate(zip(_FIELDS, fields, strict=True)):
         for item in text.split(","):

@@ -1,0 +1,238 @@
+"""The one place that reads ``settings.MILLRACE``: a frozen, validated settings object.
+
+Every invalid value becomes a system-check error with an id and a hint (``checks.py``),
+so a bad configuration fails ``manage.py check`` and every command at start-up instead
+of a worker at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from millrace_django.contract import RetrySpec
+from millrace_django.engine.errors import InvalidRetry
+from millrace_django.engine.retry import Retry, validate_retry
+
+STORAGES = ("orm", "memory")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MillraceSettings:
+    """Validated settings; see ``docs/configuration.md`` for each one."""
+
+    storage: str = "orm"
+    database: str = "default"
+    queues: frozenset[str] = frozenset({"default"})
+    default_queue: str = "default"
+    concurrency: int = field(default_factory=lambda: max(4, 2 * (os.cpu_count() or 1)))
+    lease: timedelta = timedelta(minutes=5)
+    heartbeat: timedelta = timedelta(minutes=1)
+    claim_batch: int = 16
+    poll_min: timedelta = timedelta(milliseconds=200)
+    poll_max: timedelta = timedelta(seconds=5)
+    scheduler_interval: timedelta = timedelta(seconds=1)
+    activation_batch: int = 100
+    shutdown_timeout: timedelta = timedelta(seconds=15)
+    shutdown_grace: timedelta = timedelta(seconds=2)
+    interruption_limit: int = 10
+    default_retry: RetrySpec = field(default_factory=lambda: Retry.exponential(5))
+    retention: timedelta | None = timedelta(days=7)
+    purge_batch: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SettingProblem:
+    """One invalid value: the system check's id, message and hint."""
+
+    id: str
+    message: str
+    hint: str
+
+
+class InvalidSettings(ValueError):
+    def __init__(self, problems: list[SettingProblem]) -> None:
+        super().__init__("; ".join(f"{p.id}: {p.message}" for p in problems))
+        self.problems = problems
+
+
+def _duration(value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    raise TypeError("a timedelta or a number of seconds")
+
+
+def _positive_duration(value: Any) -> timedelta:
+    duration = _duration(value)
+    if duration <= timedelta(0):
+        raise ValueError("a positive duration")
+    return duration
+
+
+def _non_negative_duration(value: Any) -> timedelta:
+    duration = _duration(value)
+    if duration < timedelta(0):
+        raise ValueError("a duration of zero or more")
+    return duration
+
+
+def _optional_positive_duration(value: Any) -> timedelta | None:
+    return None if value is None else _positive_duration(value)
+
+
+def _positive_int(value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError("an integer of at least 1")
+    return value
+
+
+def _non_negative_int(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError("an integer of 0 or more")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("a non-blank string")
+    return value
+
+
+def _queues(value: Any) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise TypeError("a list of queue names")
+    queues = frozenset(_name(queue) for queue in value)
+    if not queues:
+        raise ValueError("at least one queue")
+    return queues
+
+
+def _storage(value: Any) -> str:
+    if value not in STORAGES:
+        raise ValueError(f"one of {', '.join(STORAGES)}")
+    return str(value)
+
+
+def _retry(value: Any) -> RetrySpec:
+    if not isinstance(value, RetrySpec):
+        raise TypeError("a policy from millrace_django.Retry, e.g. Retry.exponential(5)")
+    try:
+        return validate_retry(value)
+    except InvalidRetry as error:
+        raise ValueError(str(error)) from error
+
+
+_PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "STORAGE": ("storage", _storage),
+    "DATABASE": ("database", _name),
+    "QUEUES": ("queues", _queues),
+    "DEFAULT_QUEUE": ("default_queue", _name),
+    "CONCURRENCY": ("concurrency", _positive_int),
+    "LEASE": ("lease", _positive_duration),
+    "HEARTBEAT": ("heartbeat", _positive_duration),
+    "CLAIM_BATCH": ("claim_batch", _positive_int),
+    "POLL_MIN": ("poll_min", _positive_duration),
+    "POLL_MAX": ("poll_max", _positive_duration),
+    "SCHEDULER_INTERVAL": ("scheduler_interval", _positive_duration),
+    "ACTIVATION_BATCH": ("activation_batch", _positive_int),
+    "SHUTDOWN_TIMEOUT": ("shutdown_timeout", _non_negative_duration),
+    "SHUTDOWN_GRACE": ("shutdown_grace", _non_negative_duration),
+    "INTERRUPTION_LIMIT": ("interruption_limit", _positive_int),
+    "DEFAULT_RETRY": ("default_retry", _retry),
+    "RETENTION": ("retention", _optional_positive_duration),
+    "PURGE_BATCH": ("purge_batch", _positive_int),
+}
+assert {name for name, _ in _PARSERS.values()} == {f.name for f in fields(MillraceSettings)}
+
+
+def parse_settings(raw: Any, database_aliases: Iterable[str] = ("default",)) -> MillraceSettings:
+    """Validate a ``MILLRACE`` dict; raise :class:`InvalidSettings` listing every problem."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise InvalidSettings(
+            [SettingProblem("millrace.E001", "MILLRACE must be a dict.", "MILLRACE = {...}")]
+        )
+    problems: list[SettingProblem] = []
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _PARSERS:
+            problems.append(
+                SettingProblem(
+                    "millrace.E002",
+                    f"MILLRACE has an unknown setting {key!r}.",
+                    f"Known settings: {', '.join(sorted(_PARSERS))}.",
+                )
+            )
+            continue
+        attribute, parse = _PARSERS[key]
+        try:
+            values[attribute] = parse(value)
+        except (TypeError, ValueError) as error:
+            problems.append(
+                SettingProblem(
+                    "millrace.E003",
+                    f"MILLRACE[{key!r}] is invalid: {value!r}.",
+                    f"Expected {error}.",
+                )
+            )
+    if problems:
+        raise InvalidSettings(problems)
+    parsed = MillraceSettings(**values)
+    problems.extend(_cross_checks(parsed, set(database_aliases)))
+    if problems:
+        raise InvalidSettings(problems)
+    return parsed
+
+
+def _cross_checks(s: MillraceSettings, aliases: set[str]) -> Iterable[SettingProblem]:
+    if s.lease <= s.heartbeat:
+        yield SettingProblem(
+            "millrace.E004",
+            f"MILLRACE['LEASE'] ({s.lease}) must be longer than MILLRACE['HEARTBEAT'] "
+            f"({s.heartbeat}).",
+            "A lease shorter than the heartbeat expires before it is renewed; keep the lease "
+            "several heartbeats long (defaults: 5 minutes and 1 minute).",
+        )
+    if s.poll_max < s.poll_min:
+        yield SettingProblem(
+            "millrace.E005",
+            "MILLRACE['POLL_MAX'] is shorter than MILLRACE['POLL_MIN'].",
+            "Polling backs off from POLL_MIN up to POLL_MAX (defaults: 0.2 s and 5 s).",
+        )
+    if s.default_queue not in s.queues:
+        yield SettingProblem(
+            "millrace.E006",
+            f"MILLRACE['DEFAULT_QUEUE'] {s.default_queue!r} is not in MILLRACE['QUEUES'].",
+            "Jobs without a queue go to the default queue; some worker must claim it.",
+        )
+    if s.storage == "orm" and s.database not in aliases:
+        yield SettingProblem(
+            "millrace.E007",
+            f"MILLRACE['DATABASE'] {s.database!r} is not a database alias.",
+            f"Use one of the aliases in DATABASES: {', '.join(sorted(aliases))}.",
+        )
+
+
+@cache
+def get_settings() -> MillraceSettings:
+    """The project's validated settings (cached; reset when a test overrides them)."""
+    return parse_settings(
+        getattr(django_settings, "MILLRACE", None), django_settings.DATABASES.keys()
+    )
+
+
+@receiver(setting_changed)
+def _forget_settings(*, setting: str, **kwargs: object) -> None:
+    if setting in ("MILLRACE", "DATABASES"):
+        get_settings.cache_clear()

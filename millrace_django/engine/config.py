@@ -1,0 +1,61 @@
+"""What the engine needs to know from the project's settings.
+
+The Django edge builds the real object from ``settings``; the engine only reads these
+attributes, so any object with them will do (tests use :class:`EngineSettings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from millrace_django.contract import RetrySpec
+from millrace_django.engine.retry import Retry, validate_retry
+
+
+class EngineConfig(Protocol):
+    """The settings the client and the outcome rules read."""
+
+    @property
+    def queues(self) -> Collection[str]:
+        """Queues some node claims from; enqueueing anywhere else is refused."""
+        ...
+
+    @property
+    def default_queue(self) -> str: ...
+
+    @property
+    def default_retry(self) -> RetrySpec:
+        """Stored on jobs whose definition names no policy."""
+        ...
+
+    @property
+    def interruption_limit(self) -> int:
+        """Claims without a recorded failure tolerated before the poison-pill verdict."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSettings:
+    """A plain, validated :class:`EngineConfig`."""
+
+    queues: frozenset[str] = field(default_factory=lambda: frozenset({"default"}))
+    default_queue: str = "default"
+    default_retry: RetrySpec = field(default_factory=lambda: Retry.exponential(5))
+    interruption_limit: int = 10
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queues", frozenset(self.queues))
+        if not self.queues or any(not isinstance(q, str) or not q.strip() for q in self.queues):
+            raise ValueError(f"queues must be non-blank names; got {sorted(self.queues)!r}")
+        if self.default_queue not in self.queues:
+            raise ValueError(
+                f"the default queue {self.default_queue!r} is not among the queues "
+                f"{sorted(self.queues)!r}"
+            )
+        validate_retry(self.default_retry)
+        if type(self.interruption_limit) is not int or self.interruption_limit < 0:
+            raise ValueError(
+                f"interruption_limit must be an integer >= 0; got {self.interruption_limit!r}"
+            )

@@ -1,0 +1,137 @@
+"""What a running job can see and say: its identity, its cancellation, progress and logs.
+
+The worker builds one per execution and fires ``cancelled`` on a cancel request, a
+timeout, a lost lease or shutdown (with the reason, which decides the outcome). Progress
+and log lines are buffered here; the worker flushes them with its own writes, so a
+chatty job costs no extra round trips.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from uuid import UUID
+
+from millrace_django.clock import Clock
+from millrace_django.contract import JSON, JobRecord
+from millrace_django.engine.errors import JobCancelled
+from millrace_django.engine.jsonvalues import json_problem
+
+type Progress = float | dict[str, JSON]
+
+
+class CancelReason(StrEnum):
+    """Why a running job's cancellation fired; decides what the worker writes."""
+
+    REQUESTED = "requested"  # an operator or the client asked: the job ends cancelled
+    TIMEOUT = "timeout"  # it ran too long: a failure, retried per its policy
+    SHUTDOWN = "shutdown"  # the node is stopping: released, no retry budget spent
+    LEASE_LOST = "lease_lost"  # another worker owns it now: write nothing
+    SUPERSEDED = "superseded"  # a newer attempt runs here: write nothing
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    at: datetime
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Buffered output not yet handed to storage."""
+
+    progress: Progress | None
+    logs: tuple[LogLine, ...]
+
+
+class JobContext:
+    """Passed to a job function that declares a ``context`` parameter."""
+
+    def __init__(
+        self, *, job_id: UUID, attempt: int, tenant: str | None, clock: Clock
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.tenant = tenant
+        self.cancelled = threading.Event()
+        """Set when the job should stop; long loops check it or call
+        :meth:`raise_if_cancelled`."""
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._reason: CancelReason | None = None
+        self._progress: Progress | None = None
+        self._progress_pending = False
+        self._logs: list[LogLine] = []
+
+    @classmethod
+    def for_job(cls, job: JobRecord, clock: Clock) -> JobContext:
+        return cls(job_id=job.id, attempt=job.attempt, tenant=job.tenant_id, clock=clock)
+
+    # -- cancellation ---------------------------------------------------------------------
+
+    def cancel(self, reason: CancelReason) -> None:
+        """Fire the cancellation (worker side); the first reason given sticks."""
+        with self._lock:
+            if self._reason is None:
+                self._reason = reason
+        self.cancelled.set()
+
+    @property
+    def cancel_reason(self) -> CancelReason | None:
+        with self._lock:
+            return self._reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`JobCancelled` once the cancellation has fired."""
+        if self.cancelled.is_set():
+            raise JobCancelled(f"job {self.job_id} was cancelled ({self.cancel_reason})")
+
+    # -- progress and logs ----------------------------------------------------------------
+
+    def report_progress(self, progress: float | Mapping[str, JSON]) -> None:
+        """Record how far along the job is: a fraction in [0, 1] or a JSON object."""
+        value: Progress
+        if isinstance(progress, Mapping):
+            value = dict(progress)
+            problem = json_problem(value)
+            if problem is not None:
+                raise TypeError(f"progress must be JSON data: it {problem}")
+        elif type(progress) in (int, float) and 0 <= progress <= 1:
+            value = float(progress)
+        else:
+            raise ValueError(f"progress must be a fraction in [0, 1] or a dict; got {progress!r}")
+        with self._lock:
+            self._progress = value
+            self._progress_pending = True
+
+    def log(self, message: str) -> None:
+        """Append a line to the job's log, stamped with the engine's clock."""
+        line = LogLine(self._clock.now(), str(message))
+        with self._lock:
+            self._logs.append(line)
+
+    @property
+    def progress(self) -> Progress | None:
+        """The latest reported progress."""
+        with self._lock:
+            return self._progress
+
+    @property
+    def logs(self) -> tuple[LogLine, ...]:
+        """Log lines not yet taken by :meth:`take_report`."""
+        with self._lock:
+            return tuple(self._logs)
+
+    def take_report(self) -> Report:
+        """Hand over what was reported since the last call (the worker persists it)."""
+        with self._lock:
+            report = Report(
+                progress=self._progress if self._progress_pending else None,
+                logs=tuple(self._logs),
+            )
+            self._progress_pending = False
+            self._logs.clear()
+            return report

@@ -1,0 +1,129 @@
+"""Capturing a call as a stored invocation, and finding it again at run time.
+
+At enqueue the arguments are bound against the job's signature and must survive JSON
+unchanged, so the worker calls the function with exactly what the caller passed. At run
+time the target is imported by name; a target or arguments that no longer fit are
+:class:`~millrace_django.engine.errors.UnrunnableJob` errors, which the worker turns
+into a dead job (retrying cannot bring a renamed function back).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from millrace_django.contract import JSON, Invocation
+from millrace_django.engine.errors import (
+    InvalidJobArguments,
+    InvalidStoredArguments,
+    UnresolvableTarget,
+    UnserializableArgument,
+)
+from millrace_django.engine.jsonvalues import json_problem
+from millrace_django.engine.registry import CONTEXT_PARAMETER, JobDefinition, lookup
+
+_BREAKING = "renaming or moving a job function while jobs are queued is a breaking deploy"
+
+
+def capture(
+    definition: JobDefinition[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Invocation:
+    """Bind and check a call; raise :class:`InvalidJobArguments` (a ``TypeError``)
+    naming the culprit when it does not fit or would not survive JSON."""
+    target = definition.target
+    if definition.accepts_context and CONTEXT_PARAMETER in kwargs:
+        raise InvalidJobArguments(
+            f"cannot enqueue {target}: 'context' is supplied by the worker at run time"
+        )
+    try:
+        bound = definition.signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise InvalidJobArguments(
+            f"cannot enqueue {target}{definition.signature}: {error}"
+        ) from None
+    for name, value in bound.arguments.items():
+        kind = definition.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            for index, item in enumerate(value):
+                _check(target, f"*{name}[{index}]", item)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            for key, item in value.items():
+                _check(target, key, item)
+        else:
+            _check(target, name, value)
+    # A JSON copy, so later mutation by the caller cannot reach the stored job.
+    stored_args: list[JSON] = json.loads(json.dumps(list(bound.args)))
+    stored_kwargs: dict[str, JSON] = json.loads(json.dumps(bound.kwargs))
+    return Invocation(target=target, args=tuple(stored_args), kwargs=stored_kwargs)
+
+
+def _check(target: str, argument: str, value: object) -> None:
+    problem = json_problem(value)
+    if problem is not None:
+        raise UnserializableArgument(target, argument, problem)
+
+
+def resolve(target: str) -> JobDefinition[..., Any]:
+    """The ``@job`` behind ``"package.module:qualname"``, importing the module if needed;
+    raises :class:`UnresolvableTarget` with the reason."""
+    module_name, _, name = target.partition(":") if isinstance(target, str) else ("", "", "")
+    if not module_name or not name:
+        raise UnresolvableTarget(f"{target!r} is not a 'package.module:function' job target")
+    found = lookup(target)
+    if found is not None:
+        return found
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UnresolvableTarget(
+            f"cannot import module {module_name!r} for job {target}: {error} ({_BREAKING})"
+        ) from error
+    except Exception as error:
+        raise UnresolvableTarget(
+            f"importing module {module_name!r} for job {target} raised "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    attribute = getattr(module, name, None)
+    if attribute is None:
+        raise UnresolvableTarget(f"module {module_name!r} has no job {name!r} ({_BREAKING})")
+    if not isinstance(attribute, JobDefinition):
+        raise UnresolvableTarget(f"{target} exists but is not decorated with @job")
+    return attribute
+
+
+def find(target: str) -> JobDefinition[..., Any] | None:
+    """Like :func:`resolve`, but ``None`` instead of an error (for optional metadata)."""
+    try:
+        return resolve(target)
+    except UnresolvableTarget:
+        return None
+
+
+def decode(
+    definition: JobDefinition[..., Any], invocation: Invocation
+) -> tuple[list[Any], dict[str, Any]]:
+    """The stored arguments, checked against the function as deployed now."""
+    args, kwargs = invocation.args, invocation.kwargs
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise InvalidStoredArguments(
+            f"stored positional arguments of {definition.target} are not a list: {args!r}"
+        )
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise InvalidStoredArguments(
+            f"stored keyword arguments of {definition.target} are not an object: {kwargs!r}"
+        )
+    if definition.accepts_context and CONTEXT_PARAMETER in kwargs:
+        raise InvalidStoredArguments(
+            f"stored arguments of {definition.target} name 'context', which the worker supplies"
+        )
+    try:
+        definition.signature.bind(*args, **kwargs)
+    except TypeError as error:
+        raise InvalidStoredArguments(
+            f"stored arguments no longer fit {definition.target}{definition.signature}: "
+            f"{error} (changing a job's signature while jobs are queued is a breaking deploy)"
+        ) from None
+    return list(args), dict(kwargs)

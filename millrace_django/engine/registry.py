@@ -1,0 +1,349 @@
+"""``@job``: turning module-level functions into job definitions a worker can import.
+
+A job is recorded by its dotted target ``"package.module:qualname"``, so it must be a
+plain function reachable by import: nested functions, lambdas and methods are refused
+at decoration, not when the worker fails to find them at 3 a.m.
+
+Option naming: the user's arguments pass through ``enqueue``/``schedule`` untouched
+except three reserved keywords, ``idempotency_key``, ``delay`` and ``at``. A job function
+may not declare parameters with those names (refused at decoration). Every other option
+(queue, priority, retry, timeout, and the key as well) goes through
+``fn.using(...)``, which never mixes with the function's arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from typing import Any, overload
+from uuid import UUID
+
+from millrace_django.contract import RetrySpec
+from millrace_django.engine import current
+from millrace_django.engine.errors import InvalidJobDefinition
+from millrace_django.engine.retry import validate_retry
+
+CONTEXT_PARAMETER = "context"
+"""A parameter with this name receives the :class:`~millrace_django.engine.JobContext`."""
+
+RESERVED_PARAMETERS = frozenset({"idempotency_key", "delay", "at"})
+"""Keywords ``enqueue``/``schedule`` keep for themselves."""
+
+_lock = threading.Lock()
+_registry: dict[str, JobDefinition[..., Any]] = {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Per-job options; ``None`` means "not set here" (a later layer or the default applies)."""
+
+    queue: str | None = None
+    priority: int | None = None
+    retry: RetrySpec | None = None
+    timeout: timedelta | None = None
+    idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("queue", self.queue)
+        _check_name("idempotency_key", self.idempotency_key)
+        if self.priority is not None and type(self.priority) is not int:
+            raise TypeError(f"priority must be an int; got {self.priority!r}")
+        if self.retry is not None:
+            if not isinstance(self.retry, RetrySpec):
+                raise TypeError(f"retry must be a Retry policy; got {self.retry!r}")
+            validate_retry(self.retry)
+        if self.timeout is not None and (
+            not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
+        ):
+            raise ValueError(f"timeout must be a positive timedelta; got {self.timeout!r}")
+
+    def over(self, base: JobOptions) -> JobOptions:
+        """These options, falling back to ``base`` where unset."""
+        return replace(
+            base,
+            **{
+                f.name: getattr(self, f.name)
+                for f in fields(self)
+                if getattr(self, f.name) is not None
+            },
+        )
+
+
+class JobDefinition[**P, R]:
+    """A registered job: the function, its target path and its decoration options.
+
+    Calling it calls the function directly (no queue involved).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        options: JobOptions,
+        failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+    ) -> None:
+        self.fn = fn
+        self.target = _target_of(fn)
+        self.options = options
+        self.failure_observers = _check_observers(self.target, failure_observers)
+        full = inspect.signature(fn)
+        self.accepts_context = _check_parameters(self.target, full)
+        self.signature = full.replace(
+            parameters=[p for p in full.parameters.values() if p.name != CONTEXT_PARAMETER]
+        )
+        """The signature arguments are bound against (``context`` left out)."""
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.target}>"
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        retry: RetrySpec | None = None,
+        timeout: timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> ConfiguredJob:
+        """This job with options for the next enqueue; the definition is unchanged."""
+        options = JobOptions(
+            queue=queue,
+            priority=priority,
+            retry=retry,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return ConfiguredJob(self, options)
+
+    def enqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
+        """Store a run now (via the default client); returns the job id, or the id of the
+        active job already holding ``idempotency_key`` in this tenant."""
+        return current.default_client().enqueue(
+            self, *args, idempotency_key=idempotency_key, **kwargs
+        )
+
+    def schedule(
+        self,
+        *args: Any,
+        delay: timedelta | None = None,
+        at: datetime | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> UUID:
+        """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one)."""
+        return current.default_client().schedule(
+            self, *args, delay=delay, at=at, idempotency_key=idempotency_key, **kwargs
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredJob:
+    """A job plus call-site options, from ``fn.using(...)``; accepted wherever a job is."""
+
+    definition: JobDefinition[..., Any]
+    options: JobOptions
+
+    def using(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        retry: RetrySpec | None = None,
+        timeout: timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> ConfiguredJob:
+        more = JobOptions(
+            queue=queue,
+            priority=priority,
+            retry=retry,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return ConfiguredJob(self.definition, more.over(self.options))
+
+    def enqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
+        return current.default_client().enqueue(
+            self, *args, idempotency_key=idempotency_key, **kwargs
+        )
+
+    def schedule(
+        self,
+        *args: Any,
+        delay: timedelta | None = None,
+        at: datetime | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> UUID:
+        return current.default_client().schedule(
+            self, *args, delay=delay, at=at, idempotency_key=idempotency_key, **kwargs
+        )
+
+
+type JobLike = JobDefinition[..., Any] | ConfiguredJob
+"""What the client accepts: a decorated function, or one configured with ``using``."""
+
+
+def unpack(job: JobLike) -> tuple[JobDefinition[..., Any], JobOptions]:
+    """The definition and the effective options of ``job`` (call-site over decoration)."""
+    if isinstance(job, ConfiguredJob):
+        return job.definition, job.options.over(job.definition.options)
+    if isinstance(job, JobDefinition):
+        return job, job.options
+    raise TypeError(
+        f"{job!r} is not a job; decorate the function with @job (or pass fn.using(...))"
+    )
+
+
+@overload
+def job[**P, R](fn: Callable[P, R], /) -> JobDefinition[P, R]: ...
+
+
+@overload
+def job[**P, R](
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    retry: RetrySpec | None = None,
+    timeout: timedelta | None = None,
+    failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
+
+
+def job[**P, R](
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    retry: RetrySpec | None = None,
+    timeout: timedelta | None = None,
+    failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
+    """Register a module-level function (sync or async) as a job.
+
+    Used bare (``@job``) or with options (``@job(queue="emails", retry=...)``).
+    ``failure_observers`` are jobs enqueued with the dead job's id (a ``str``) as their
+    only argument, in the same transition that declares this job dead.
+    """
+    options = JobOptions(queue=queue, priority=priority, retry=retry, timeout=timeout)
+
+    def decorate(function: Callable[P, R]) -> JobDefinition[P, R]:
+        definition = JobDefinition(function, options=options, failure_observers=failure_observers)
+        with _lock:
+            _registry[definition.target] = definition
+        return definition
+
+    return decorate if fn is None else decorate(fn)
+
+
+def registered_jobs() -> Mapping[str, JobDefinition[..., Any]]:
+    """Every job decorated so far in this process, by target (a snapshot)."""
+    with _lock:
+        return dict(_registry)
+
+
+def lookup(target: str) -> JobDefinition[..., Any] | None:
+    """The registered job for ``target``, without importing anything."""
+    with _lock:
+        return _registry.get(target)
+
+
+def _target_of(fn: object) -> str:
+    if isinstance(fn, JobDefinition):
+        raise InvalidJobDefinition(f"{fn!r} is already a job; apply @job once")
+    if not isinstance(fn, types.FunctionType):
+        raise InvalidJobDefinition(
+            f"@job needs a plain module-level function; got {fn!r} "
+            "(staticmethods, classmethods, partials and callables are not importable by name)"
+        )
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    if fn.__name__ == "<lambda>":
+        raise InvalidJobDefinition(
+            f"@job cannot register a lambda ({name}): a worker finds jobs by name; "
+            "use a module-level def"
+        )
+    if "<locals>" in fn.__qualname__:
+        raise InvalidJobDefinition(
+            f"@job cannot register {name}: it is nested inside another function, so a "
+            "worker cannot import it; move it to module level"
+        )
+    if "." in fn.__qualname__:
+        raise InvalidJobDefinition(
+            f"@job cannot register {name}: it looks like a method; jobs must be "
+            "module-level functions (call the method from one)"
+        )
+    if fn.__module__ in (None, "__main__"):
+        raise InvalidJobDefinition(
+            f"@job cannot register {fn.__qualname__} from __main__: a worker process "
+            "cannot import it; put jobs in an importable module"
+        )
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise InvalidJobDefinition(f"@job cannot register the generator function {name}")
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def _check_parameters(target: str, signature: inspect.Signature) -> bool:
+    """Refuse reserved parameter names; report whether the job asks for a context."""
+    for parameter in signature.parameters.values():
+        if parameter.name in RESERVED_PARAMETERS and parameter.kind not in (
+            parameter.VAR_POSITIONAL,
+            parameter.VAR_KEYWORD,
+        ):
+            raise InvalidJobDefinition(
+                f"{target} has a parameter named {parameter.name!r}, which enqueue/schedule "
+                f"reserve for their own options ({', '.join(sorted(RESERVED_PARAMETERS))}); "
+                "rename the parameter"
+            )
+    context = signature.parameters.get(CONTEXT_PARAMETER)
+    if context is None or context.kind in (context.VAR_POSITIONAL, context.VAR_KEYWORD):
+        return False
+    if context.kind is context.POSITIONAL_ONLY:
+        raise InvalidJobDefinition(
+            f"{target} takes 'context' positional-only; the worker passes it by keyword"
+        )
+    return True
+
+
+def _check_observers(
+    target: str, observers: Sequence[JobDefinition[..., Any] | str]
+) -> tuple[JobDefinition[..., Any] | str, ...]:
+    if isinstance(observers, str | JobDefinition):
+        observers = (observers,)
+    checked: list[JobDefinition[..., Any] | str] = []
+    for observer in observers:
+        if isinstance(observer, str):
+            module, _, name = observer.partition(":")
+            if not module or not name:
+                raise InvalidJobDefinition(
+                    f"failure observer {observer!r} of {target} must be a job or a "
+                    "'package.module:function' target"
+                )
+        elif isinstance(observer, JobDefinition):
+            try:
+                observer.signature.bind("dead-job-id")
+            except TypeError as error:
+                raise InvalidJobDefinition(
+                    f"failure observer {observer.target} of {target} must accept the dead "
+                    f"job's id as its only argument: {error}"
+                ) from None
+        else:
+            raise InvalidJobDefinition(
+                f"failure observer {observer!r} of {target} is not a job; decorate it with @job"
+            )
+        checked.append(observer)
+    return tuple(checked)
+
+
+def _check_name(what: str, value: str | None) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"{what} must be a non-blank string; got {value!r}")

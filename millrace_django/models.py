@@ -1,0 +1,247 @@
+"""The ORM schema behind :mod:`millrace_django.storage.orm` (and the admin's read views).
+
+Jobs are ordered for claiming by ``priority`` then ``seq``, an insertion sequence that is
+also the primary key; ``uuid`` is the job id the contract speaks of. States are stored as
+small integers (:data:`JOB_STATE_CODES`). Indexes that serve the hot paths are partial on
+the rows those paths touch, so they stay small however many finished jobs pile up.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
+    TERMINAL_JOB_STATES,
+    AttemptOutcome,
+    InstanceState,
+    JobState,
+)
+from millrace_django.dbschema import ActiveKeyConstraint, ExactCharField, PartialIndex
+
+JOB_STATE_CODES: dict[JobState, int] = {
+    JobState.SCHEDULED: 0,
+    JobState.ENQUEUED: 1,
+    JobState.PROCESSING: 2,
+    JobState.SUCCEEDED: 3,
+    JobState.FAILED: 4,
+    JobState.DEAD: 5,
+    JobState.CANCELLED: 6,
+    JobState.AWAITING: 7,
+}
+JOB_STATES: dict[int, JobState] = {code: state for state, code in JOB_STATE_CODES.items()}
+
+INSTANCE_STATE_CODES: dict[InstanceState, int] = {
+    InstanceState.RUNNING: 0,
+    InstanceState.SUSPENDED: 1,
+    InstanceState.COMPLETED: 2,
+    InstanceState.FAILED: 3,
+    InstanceState.COMPENSATED: 4,
+    InstanceState.CANCELLED: 5,
+}
+INSTANCE_STATES: dict[int, InstanceState] = {c: s for s, c in INSTANCE_STATE_CODES.items()}
+
+ATTEMPT_OUTCOME_CODES: dict[AttemptOutcome, int] = {
+    AttemptOutcome.FAILED: 0,
+    AttemptOutcome.INTERRUPTED: 1,
+}
+ATTEMPT_OUTCOMES: dict[int, AttemptOutcome] = {c: o for o, c in ATTEMPT_OUTCOME_CODES.items()}
+
+
+def job_codes(states: frozenset[JobState] | set[JobState]) -> list[int]:
+    """Stored codes of ``states``, sorted so generated SQL (and migrations) are stable."""
+    return sorted(JOB_STATE_CODES[state] for state in states)
+
+
+_ACTIVE = job_codes(ACTIVE_JOB_STATES)
+_TERMINAL = job_codes(TERMINAL_JOB_STATES)
+_READY = job_codes({JobState.ENQUEUED, JobState.PROCESSING})
+_DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
+_AWAITING = JOB_STATE_CODES[JobState.AWAITING]
+
+
+class Job(models.Model):
+    """One job; see :class:`millrace_django.contract.JobRecord` for the fields' meaning."""
+
+    seq = models.BigAutoField(primary_key=True)
+    uuid = models.UUIDField(unique=True)
+    queue = ExactCharField(max_length=200)
+    state = models.PositiveSmallIntegerField(
+        choices=[(code, state.value) for state, code in JOB_STATE_CODES.items()]
+    )
+    priority = models.IntegerField(default=0)
+    target = models.CharField(max_length=500)
+    arguments = models.JSONField(help_text="{'args': [...], 'kwargs': {...}}")
+    retry = models.JSONField()
+    timeout = models.DurationField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    due_at = models.DateTimeField(null=True, blank=True)
+    worker_id = ExactCharField(max_length=200, null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempt = models.IntegerField(default=0)
+    failures = models.IntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    idempotency_key = ExactCharField(max_length=400, null=True, blank=True)
+    tenant_id = ExactCharField(max_length=200, null=True, blank=True)
+    key_scope = ExactCharField(
+        max_length=64,
+        null=True,
+        blank=True,
+        help_text="Digest of (tenant, key) while the job is active, on databases that "
+        "need it for key uniqueness (see dbschema.tracks_key_scope).",
+    )
+    parent_id = models.UUIDField(null=True, blank=True)
+    requeued_from = models.UUIDField(null=True, blank=True)
+    trace_parent = models.CharField(max_length=100, null=True, blank=True)
+    recurring_id = ExactCharField(max_length=400, null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    workflow_instance_id = models.UUIDField(null=True, blank=True)
+    activity_node_id = ExactCharField(max_length=200, null=True, blank=True)
+
+    class Meta:
+        db_table = "millrace_job"
+        indexes = [
+            PartialIndex(
+                name="millrace_job_ready",
+                fields=["queue", "-priority", "seq"],
+                condition=Q(state__in=_READY),
+                lead=["state"],
+            ),
+            PartialIndex(
+                name="millrace_job_due",
+                fields=["due_at", "seq"],
+                condition=Q(state__in=_DUE),
+                lead=["state"],
+            ),
+            PartialIndex(
+                name="millrace_job_awaiting",
+                fields=["parent_id"],
+                condition=Q(state=_AWAITING),
+                lead=["state"],
+            ),
+            PartialIndex(
+                name="millrace_job_finished",
+                fields=["finished_at", "seq"],
+                condition=Q(state__in=_TERMINAL),
+                lead=["state"],
+            ),
+            PartialIndex(
+                name="millrace_job_recurring",
+                fields=["recurring_id", "-created_at", "-uuid"],
+                condition=Q(recurring_id__isnull=False),
+                lead=[],
+            ),
+            models.Index(name="millrace_job_monitor", fields=["-created_at", "-uuid"]),
+            models.Index(
+                name="millrace_job_monitor_state", fields=["state", "-created_at", "-uuid"]
+            ),
+        ]
+        constraints = [ActiveKeyConstraint(name="millrace_job_active_key", active_states=_ACTIVE)]
+
+    def __str__(self) -> str:
+        return f"{self.target} [{JOB_STATES[self.state]}] {self.uuid}"
+
+
+class JobAttempt(models.Model):
+    """An execution that ended badly (failure or interruption); the newest few per job."""
+
+    job = models.ForeignKey(
+        Job, on_delete=models.DB_CASCADE, related_name="attempts", db_index=False
+    )
+    attempt = models.IntegerField()
+    outcome = models.PositiveSmallIntegerField(
+        choices=[(code, outcome.value) for outcome, code in ATTEMPT_OUTCOME_CODES.items()]
+    )
+    recorded_at = models.DateTimeField()
+    worker_id = ExactCharField(max_length=200, null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "millrace_job_attempt"
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="millrace_attempt_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt} of job {self.job_id}"
+
+
+class Recurring(models.Model):
+    """A cron definition; ``next_fire_time`` is its compare-and-set fence."""
+
+    id = ExactCharField(max_length=400, primary_key=True)
+    cron = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=100, default="UTC")
+    queue = ExactCharField(max_length=200)
+    target = models.CharField(max_length=500)
+    arguments = models.JSONField()
+    retry = models.JSONField()
+    priority = models.IntegerField(default=0)
+    tenant_id = ExactCharField(max_length=200, null=True, blank=True)
+    next_fire_time = models.DateTimeField()
+    last_fire_time = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "millrace_recurring"
+        indexes = [models.Index(name="millrace_recurring_due", fields=["next_fire_time", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.cron})"
+
+
+class WorkflowInstance(models.Model):
+    """A workflow instance; ``revision`` is its checkpoint counter and fence."""
+
+    id = models.UUIDField(primary_key=True)
+    definition_id = ExactCharField(max_length=200)
+    definition_version = models.IntegerField()
+    state = models.PositiveSmallIntegerField(
+        choices=[(code, state.value) for state, code in INSTANCE_STATE_CODES.items()]
+    )
+    data = models.JSONField(null=True, blank=True)
+    cursor = models.JSONField(null=True, blank=True)
+    revision = models.BigIntegerField(default=1)
+    tenant_id = ExactCharField(max_length=200, null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "millrace_workflow_instance"
+        indexes = [
+            models.Index(name="millrace_instance_monitor", fields=["-created_at", "-id"]),
+            models.Index(
+                name="millrace_instance_definition",
+                fields=["definition_id", "-created_at", "-id"],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.definition_id} v{self.definition_version} {self.id}"
+
+
+class Bookmark(models.Model):
+    """A durable wait for one signal, consumed at most once (oldest first)."""
+
+    id = models.UUIDField(primary_key=True)
+    instance_id = models.UUIDField()
+    signal_name = ExactCharField(max_length=200)
+    correlation_id = ExactCharField(max_length=400)
+    payload_type = models.CharField(max_length=500, null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "millrace_bookmark"
+        indexes = [
+            models.Index(
+                name="millrace_bookmark_lookup",
+                fields=["signal_name", "correlation_id", "created_at", "id"],
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.signal_name}|{self.correlation_id}"
