@@ -39,7 +39,10 @@ class PartialIndex(Index):
         self.lead = list(lead)
 
     def create_sql(
-        self, model: type[Model], schema_editor: BaseDatabaseSchemaEditor, using: str = "",
+        self,
+        model: type[Model],
+        schema_editor: BaseDatabaseSchemaEditor,
+        using: str = "",
         **kwargs: Any,
     ) -> Any:
         if schema_editor.connection.features.supports_partial_indexes:
@@ -48,7 +51,9 @@ class PartialIndex(Index):
         return full.create_sql(model, schema_editor, using, **kwargs)
 
     def check(self, model: type[Model], connection: BaseDatabaseWrapper) -> list[Any]:
-        return [e for e in super().check(model, connection) if e.id not in _IGNORED_CONDITION_WARNINGS]
+        return [
+            e for e in super().check(model, connection) if e.id not in _IGNORED_CONDITION_WARNINGS
+        ]
 
     def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()

@@ -88,13 +88,12 @@ class Job(models.Model):
         max_length=64,
         null=True,
         blank=True,
-        help_text="Digest of (tenant, key) while the job is active, on databases that "
-        "need it for key uniqueness (see dbschema.tracks_key_scope).",
+        help_text="Digest of (tenant, key) while active; see dbschema.tracks_key_scope.",
     )
     parent_id = models.UUIDField(null=True, blank=True)
     requeued_from = models.UUIDField(null=True, blank=True)
     trace_parent = models.CharField(max_length=100, null=True, blank=True)
-    recurring_id = ExactCharField(max_length=400, null=True, blank=True)
+    recurring_id = ExactCharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -172,7 +171,7 @@ class JobAttempt(models.Model):
 class Recurring(models.Model):
     """A cron definition; ``next_fire_time`` is its compare-and-set fence."""
 
-    id = ExactCharField(max_length=400, primary_key=True)
+    id = ExactCharField(max_length=255, primary_key=True)
     cron = models.CharField(max_length=200)
     timezone = models.CharField(max_length=100, default="UTC")
     queue = ExactCharField(max_length=200)

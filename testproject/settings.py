@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -46,11 +47,23 @@ TEMPLATES = [
     }
 ]
 
+# Test databases are named per process, so concurrent test runs on one machine (and one
+# set of throwaway servers) never drop each other's databases. The SQLite one is a file:
+# the conformance kit's racer threads each open their own connection to it.
+_TEST_SUFFIX = f"{os.getpid()}"
+
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("MILLRACE_SQLITE_PATH", str(BASE_DIR.parent / "db.sqlite3")),
-        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        },
+        "TEST": {
+            "NAME": str(Path(tempfile.gettempdir()) / f"millrace-test-{_TEST_SUFFIX}.sqlite3")
+        },
     }
 }
 
@@ -71,7 +84,7 @@ def _server_database(url: str) -> dict[str, object]:
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
-        "TEST": {"NAME": "test_" + parts.path.lstrip("/")},
+        "TEST": {"NAME": f"test_{parts.path.lstrip('/')}_{_TEST_SUFFIX}", "DEPENDENCIES": []},
     }
     if engine.endswith("mysql"):
         entry["OPTIONS"] = {"charset": "utf8mb4", "isolation_level": "read committed"}

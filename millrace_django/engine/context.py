@@ -50,9 +50,7 @@ class Report:
 class JobContext:
     """Passed to a job function that declares a ``context`` parameter."""
 
-    def __init__(
-        self, *, job_id: UUID, attempt: int, tenant: str | None, clock: Clock
-    ) -> None:
+    def __init__(self, *, job_id: UUID, attempt: int, tenant: str | None, clock: Clock) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.tenant = tenant

@@ -27,9 +27,11 @@ HORIZON = timedelta(days=5 * 366)
 """How far ahead an occurrence is searched for; a cron that never fires within it is refused."""
 
 _FIELDS = ("minute", "hour", "day of month", "month", "day of week")
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _NAMES = {
-    3: {m: i for i, m in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split(), 1)},
-    4: {d: i for i, d in enumerate("SUN MON TUE WED THU FRI SAT".split())},
+    3: {month: number for number, month in enumerate(_MONTHS, 1)},
+    4: {day: number for number, day in enumerate(_DAYS)},
 }
 _ITEM = re.compile(r"^(?:\*|(?P<low>\d+|[A-Za-z]{3})(?:-(?P<high>\d+|[A-Za-z]{3}))?)(?:/\d+)?$")
 _PROBE_START = datetime(2000, 1, 1)
@@ -71,11 +73,14 @@ class CronSchedule:
         local = instant.astimezone(self._zone).replace(tzinfo=None, fold=0)
         horizon = local + HORIZON if local < datetime.max - HORIZON else datetime.max
         cursor = local
-        while (cursor := self._next_local(cursor)) is not None and cursor <= horizon:
-            fire = self._instant_of(cursor)
+        while True:
+            following = self._next_local(cursor)
+            if following is None or following > horizon:
+                return None
+            fire = self._instant_of(following)
             if fire > instant:
                 return fire
-        return None
+            cursor = following
 
     def _next_local(self, after: datetime) -> datetime | None:
         """The next matching wall-clock minute after ``after`` (naive local time)."""
@@ -121,12 +126,11 @@ def _check_syntax(expression: str) -> None:
             if match is None:
                 raise InvalidCron(f"cron {expression!r}: {name} field has bad item {item!r}")
             low, high = match["low"], match["high"]
-            if low is not None and high is not None:
-                if _number(low, position) > _number(high, position):
-                    raise InvalidCron(
-                        f"cron {expression!r}: {name} range {item!r} is inverted "
-                        "(ranges do not wrap around)"
-                    )
+            if high is not None and _number(low, position) > _number(high, position):
+                raise InvalidCron(
+                    f"cron {expression!r}: {name} range {item!r} is inverted "
+                    "(ranges do not wrap around)"
+                )
     try:
         croniter(expression, _PROBE_START)
     except CroniterError as error:

@@ -41,9 +41,7 @@ def capture(
     try:
         bound = definition.signature.bind(*args, **kwargs)
     except TypeError as error:
-        raise InvalidJobArguments(
-            f"cannot enqueue {target}{definition.signature}: {error}"
-        ) from None
+        raise InvalidJobArguments(f"cannot enqueue {definition.describe_call()}: {error}") from None
     for name, value in bound.arguments.items():
         kind = definition.signature.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
@@ -123,7 +121,7 @@ def decode(
         definition.signature.bind(*args, **kwargs)
     except TypeError as error:
         raise InvalidStoredArguments(
-            f"stored arguments no longer fit {definition.target}{definition.signature}: "
+            f"stored arguments no longer fit {definition.describe_call()}: "
             f"{error} (changing a job's signature while jobs are queued is a breaking deploy)"
         ) from None
     return list(args), dict(kwargs)

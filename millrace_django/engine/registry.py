@@ -80,6 +80,8 @@ class JobDefinition[**P, R]:
     Calling it calls the function directly (no queue involved).
     """
 
+    __name__: str  # copied from the function, like every wrapper's
+
     def __init__(
         self,
         fn: Callable[P, R],
@@ -105,6 +107,17 @@ class JobDefinition[**P, R]:
 
     def __repr__(self) -> str:
         return f"<job {self.target}>"
+
+    def describe_call(self) -> str:
+        """``"pkg.mod:fn(a, *, b=1)"``, for error messages (annotations left out)."""
+        bare = self.signature.replace(
+            parameters=[
+                p.replace(annotation=inspect.Parameter.empty)
+                for p in self.signature.parameters.values()
+            ],
+            return_annotation=inspect.Signature.empty,
+        )
+        return f"{self.target}{bare}"
 
     def using(
         self,

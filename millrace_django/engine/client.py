@@ -1,0 +1,349 @@
+"""The job client: every way to create, schedule and manage jobs, validated before writing.
+
+Each call checks everything it can (arguments, queue, due time, cron) before the one
+storage call it makes, so a refused call leaves nothing behind. Jobs are minted here,
+with ids and ``created_at`` from the injected clock and the ambient tenant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from millrace_django.clock import Clock
+from millrace_django.contract import (
+    TERMINAL_JOB_STATES,
+    JobRecord,
+    JobState,
+    JobStorage,
+    RecurringRecord,
+    RetrySpec,
+)
+from millrace_django.engine.config import EngineConfig
+from millrace_django.engine.cron import CronSchedule
+from millrace_django.engine.errors import (
+    DuplicateIdempotencyKey,
+    InvalidCron,
+    InvalidSchedule,
+    JobNotFinished,
+    UnknownQueue,
+)
+from millrace_django.engine.invocation import capture
+from millrace_django.engine.recurring import occurrence
+from millrace_django.engine.registry import ConfiguredJob, JobLike, JobOptions, unpack
+from millrace_django.engine.retry import validate_retry
+from millrace_django.engine.tenancy import current_tenant
+from millrace_django.ids import new_id
+
+
+class JobClient:
+    """Creates and manages jobs in one storage; the decorator's ``enqueue`` uses the
+    process default (see :func:`~millrace_django.engine.set_default_client`)."""
+
+    def __init__(self, storage: JobStorage, clock: Clock, config: EngineConfig) -> None:
+        if config.default_queue not in set(config.queues):
+            raise UnknownQueue(config.default_queue, frozenset(config.queues))
+        validate_retry(config.default_retry)
+        self.storage = storage
+        self.clock = clock
+        self.config = config
+
+    # -- creating jobs --------------------------------------------------------------------
+
+    def enqueue(
+        self, job: JobLike, /, *args: Any, idempotency_key: str | None = None, **kwargs: Any
+    ) -> UUID:
+        """Store a job to run as soon as a worker is free.
+
+        Returns its id, or the id of the active job already holding
+        ``idempotency_key`` in the ambient tenant (then nothing is stored).
+        """
+        record = self.build(job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key)
+        return self.storage.enqueue([record])[0]
+
+    def schedule(
+        self,
+        job: JobLike,
+        /,
+        *args: Any,
+        delay: timedelta | None = None,
+        at: datetime | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> UUID:
+        """Store a job due after ``delay`` or at the aware datetime ``at`` (a past ``at``
+        is allowed: the job is due at once)."""
+        due_at = self.due_at(delay=delay, at=at)
+        record = self.build(
+            job, args, kwargs, state=JobState.SCHEDULED, key=idempotency_key, due_at=due_at
+        )
+        return self.storage.enqueue([record])[0]
+
+    def continue_with(
+        self,
+        parent_id: UUID,
+        job: JobLike,
+        /,
+        *args: Any,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> UUID:
+        """Store a job that runs once ``parent_id`` succeeds; if the parent ends dead or
+        cancelled, this one is cancelled. A missing parent raises
+        :class:`~millrace_django.errors.ParentJobNotFound`."""
+        if not isinstance(parent_id, UUID):
+            raise TypeError(f"parent_id must be a job id (UUID); got {parent_id!r}")
+        record = self.build(
+            job, args, kwargs, state=JobState.AWAITING, key=idempotency_key, parent_id=parent_id
+        )
+        return self.storage.enqueue([record])[0]
+
+    def batch(self) -> Batch:
+        """A context manager collecting enqueues and schedules, stored all-or-nothing on
+        a clean exit (nothing on an exception); ids are then in ``batch.ids``."""
+        return Batch(self)
+
+    # -- recurring ------------------------------------------------------------------------
+
+    def upsert_recurring(
+        self,
+        recurring_id: str,
+        job: JobLike,
+        /,
+        *,
+        cron: str,
+        timezone: str = "UTC",
+        queue: str | None = None,
+        priority: int | None = None,
+        retry: RetrySpec | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create or update a cron definition.
+
+        The function's arguments go in ``args``/``kwargs`` so they never collide with
+        these options. Re-upserting the same schedule keeps the pending fire time (safe
+        to call at every deploy); a changed schedule fires next after now.
+        """
+        if not isinstance(recurring_id, str) or not recurring_id.strip():
+            raise ValueError(f"a recurring id must be a non-blank string; got {recurring_id!r}")
+        definition, options = unpack(job)
+        if isinstance(job, ConfiguredJob) and job.options.idempotency_key is not None:
+            raise ValueError(
+                "recurring jobs take no idempotency key: the recurring id is their identity"
+            )
+        if isinstance(job, ConfiguredJob) and job.options.timeout is not None:
+            raise ValueError("a recurring job's timeout comes from @job(timeout=...)")
+        options = JobOptions(queue=queue, priority=priority, retry=retry).over(options)
+        schedule = CronSchedule.parse(cron, timezone)
+        now = self.clock.now()
+        next_fire_time = schedule.next_after(now)
+        if next_fire_time is None:
+            raise InvalidCron(f"cron {schedule.expression!r} has no occurrence in the next 5 years")
+        record = RecurringRecord(
+            id=recurring_id,
+            cron=schedule.expression,
+            queue=self.queue(options.queue),
+            invocation=capture(definition, tuple(args), dict(kwargs or {})),
+            next_fire_time=next_fire_time,
+            created_at=now,
+            updated_at=now,
+            timezone=schedule.timezone,
+            retry=options.retry or self.config.default_retry,
+            priority=options.priority or 0,
+            tenant_id=current_tenant(),
+        )
+        self.storage.upsert_recurring(record)
+
+    def remove_recurring(self, recurring_id: str) -> bool:
+        """Delete a definition (jobs it fired are kept); whether it existed."""
+        return self.storage.remove_recurring(recurring_id)
+
+    def trigger_recurring(self, recurring_id: str) -> bool:
+        """Enqueue one extra occurrence now, leaving the schedule alone; ``False`` if
+        there is no such definition."""
+        record = self.storage.get_recurring(recurring_id)
+        if record is None:
+            return False
+        self.storage.enqueue([occurrence(record, self.clock)])
+        return True
+
+    # -- managing jobs --------------------------------------------------------------------
+
+    def cancel(self, job_id: UUID) -> bool:
+        """Cancel a waiting job (and its awaiting continuations), or ask a running one to
+        stop; ``False`` if it is unknown or already finished."""
+        return self.storage.try_cancel(job_id)
+
+    def run_now(self, job_id: UUID) -> bool:
+        """Move a failed job's pending retry to now, spending nothing; ``False`` unless
+        the job is failed (awaiting its retry)."""
+        return self.storage.try_run_now(job_id)
+
+    def requeue(self, job_id: UUID) -> UUID | None:
+        """Run a finished job again as a new job, linked by ``requeued_from``.
+
+        The copy keeps queue, priority, arguments, retry, timeout, idempotency key,
+        tenant and recurring id; it drops the continuation parent and workflow links.
+        Only succeeded, dead or cancelled jobs qualify (``failed`` is refused: its own
+        retry is still pending, and both would run). ``None`` for an unknown id.
+        """
+        original = self.storage.get_job(job_id)
+        if original is None:
+            return None
+        if original.state not in TERMINAL_JOB_STATES:
+            raise JobNotFinished(original.id, original.state.value)
+        copy = JobRecord(
+            id=new_id(self.clock),
+            queue=original.queue,
+            invocation=original.invocation,
+            state=JobState.ENQUEUED,
+            created_at=self.clock.now(),
+            priority=original.priority,
+            retry=original.retry,
+            timeout=original.timeout,
+            idempotency_key=original.idempotency_key,
+            tenant_id=original.tenant_id,
+            requeued_from=original.id,
+            recurring_id=original.recurring_id,
+        )
+        return self.storage.enqueue([copy])[0]
+
+    # -- building blocks (also used by Batch) ---------------------------------------------
+
+    def build(
+        self,
+        job: JobLike,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        state: JobState,
+        key: str | None,
+        due_at: datetime | None = None,
+        parent_id: UUID | None = None,
+    ) -> JobRecord:
+        """A validated new job record (nothing is written)."""
+        definition, options = unpack(job)
+        if key is not None:
+            if options.idempotency_key is not None and options.idempotency_key != key:
+                raise ValueError(
+                    "idempotency_key was given both to using() and to the call; give it once"
+                )
+            options = JobOptions(idempotency_key=key).over(options)
+        queue = self.queue(options.queue)
+        invocation = capture(definition, args, kwargs)
+        return JobRecord(
+            id=new_id(self.clock),
+            queue=queue,
+            invocation=invocation,
+            state=state,
+            created_at=self.clock.now(),
+            priority=options.priority or 0,
+            due_at=due_at,
+            retry=options.retry or self.config.default_retry,
+            timeout=options.timeout,
+            idempotency_key=options.idempotency_key,
+            tenant_id=current_tenant(),
+            parent_id=parent_id,
+        )
+
+    def queue(self, name: str | None) -> str:
+        """``name`` (or the default queue) if some node claims from it."""
+        queue = name if name is not None else self.config.default_queue
+        known = frozenset(self.config.queues)
+        if queue not in known:
+            raise UnknownQueue(queue, known)
+        return queue
+
+    def due_at(self, *, delay: timedelta | None, at: datetime | None) -> datetime:
+        """The due instant for ``delay`` xor ``at``; naive datetimes and negative delays
+        are refused (the engine does not guess a time zone)."""
+        if (delay is None) == (at is None):
+            raise InvalidSchedule("schedule needs exactly one of delay= or at=")
+        if delay is not None:
+            if not isinstance(delay, timedelta):
+                raise InvalidSchedule(f"delay must be a timedelta; got {delay!r}")
+            if delay < timedelta(0):
+                raise InvalidSchedule(f"delay must not be negative; got {delay}")
+            return self.clock.now() + delay
+        if not isinstance(at, datetime):
+            raise InvalidSchedule(f"at must be a datetime; got {at!r}")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidSchedule(
+                f"at={at.isoformat()} is naive; pass a timezone-aware datetime "
+                "(for example with tzinfo=datetime.UTC)"
+            )
+        return at.astimezone(UTC)
+
+
+class Batch:
+    """Enqueues and schedules stored together, or not at all.
+
+    Continuations cannot be batched. Two items with the same (tenant, idempotency key)
+    are refused as soon as the second is added, before anything is written.
+    """
+
+    def __init__(self, client: JobClient) -> None:
+        self._client = client
+        self._jobs: list[JobRecord] = []
+        self._scopes: set[tuple[str | None, str]] = set()
+        self._open = True
+        self.ids: list[UUID] = []
+        """The effective ids, positionally, once the batch is stored."""
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._open = False
+        if exc_type is None and self._jobs:
+            self.ids = self._client.storage.enqueue(self._jobs)
+
+    def enqueue(
+        self, job: JobLike, /, *args: Any, idempotency_key: str | None = None, **kwargs: Any
+    ) -> int:
+        """Add a job to enqueue; returns its position in :attr:`ids`."""
+        return self._add(
+            self._client.build(job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key)
+        )
+
+    def schedule(
+        self,
+        job: JobLike,
+        /,
+        *args: Any,
+        delay: timedelta | None = None,
+        at: datetime | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> int:
+        """Add a job to schedule; returns its position in :attr:`ids`."""
+        due_at = self._client.due_at(delay=delay, at=at)
+        return self._add(
+            self._client.build(
+                job, args, kwargs, state=JobState.SCHEDULED, key=idempotency_key, due_at=due_at
+            )
+        )
+
+    def _add(self, record: JobRecord) -> int:
+        if not self._open:
+            raise RuntimeError("this batch is closed; open a new one with client.batch()")
+        if record.idempotency_key is not None:
+            scope = (record.tenant_id, record.idempotency_key)
+            if scope in self._scopes:
+                raise DuplicateIdempotencyKey(
+                    f"two jobs in one batch share the idempotency key "
+                    f"{record.idempotency_key!r} (tenant {record.tenant_id!r}); "
+                    "a batch may hold each key once"
+                )
+            self._scopes.add(scope)
+        self._jobs.append(record)
+        return len(self._jobs) - 1

@@ -1,0 +1,77 @@
+"""Running one job's function: resolve it, call it with its arguments, in its tenant.
+
+Sync functions are called on the calling (worker) thread; async ones run on a fresh
+event loop via :func:`asyncio.run`, or on a loop the worker supplies (one long-lived
+loop for all async jobs is cheaper than a loop per job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from millrace_django.contract import JobRecord
+from millrace_django.engine.context import JobContext
+from millrace_django.engine.invocation import decode, resolve
+from millrace_django.engine.registry import CONTEXT_PARAMETER, JobDefinition
+from millrace_django.engine.tenancy import tenant
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedJob:
+    """A stored job made runnable: its definition and decoded arguments."""
+
+    definition: JobDefinition[..., Any]
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+def prepare(job: JobRecord) -> PreparedJob:
+    """Resolve and decode ``job``; raises :class:`~millrace_django.engine.errors.UnrunnableJob`
+    (the worker declares such a job dead)."""
+    definition = resolve(job.invocation.target)
+    args, kwargs = decode(definition, job.invocation)
+    return PreparedJob(definition, args, kwargs)
+
+
+def run_handler(
+    prepared: PreparedJob,
+    context: JobContext,
+    *,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> object:
+    """Call the job function and return its result (exceptions propagate).
+
+    The job's tenant is ambient during the call, and ``context`` is passed if the
+    function declares it. With ``loop``, an async function runs there: a loop running
+    in another thread is waited on; an idle loop is run until the job completes.
+    """
+    kwargs = dict(prepared.kwargs)
+    if prepared.definition.accepts_context:
+        kwargs[CONTEXT_PARAMETER] = context
+    with tenant(context.tenant):
+        result = prepared.definition.fn(*prepared.args, **kwargs)
+        if prepared.definition.is_async:
+            return _complete(result, loop)
+        return result
+
+
+def _complete(
+    coroutine: Coroutine[Any, Any, object], loop: asyncio.AbstractEventLoop | None
+) -> object:
+    if loop is None:
+        return asyncio.run(coroutine)
+    if not loop.is_running():
+        return loop.run_until_complete(coroutine)
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coroutine.close()
+        raise RuntimeError(
+            "run_handler would block the event loop it was called from; call it from another thread"
+        )
+    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()

@@ -1,0 +1,295 @@
+"""Outcome rules: what a claimed job's run (or non-run) turns into, as a transition.
+
+Shared by the worker and the test runner so both decide identically. Each function takes
+the job *as claimed* (state ``processing``, its worker and attempt form the fence) and
+returns the :class:`~millrace_django.contract.JobTransition` to apply; nothing here
+touches storage. Retry math spends ``failures``, never ``attempt``: interruptions are
+free, and a job interrupted too often is a poison pill.
+"""
+
+from __future__ import annotations
+
+import json
+import random as _random
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from millrace_django.clock import Clock
+from millrace_django.contract import (
+    JSON,
+    Invocation,
+    JobRecord,
+    JobState,
+    JobTransition,
+)
+from millrace_django.engine.config import EngineConfig
+from millrace_django.engine.context import CancelReason
+from millrace_django.engine.errors import JobTimedOut
+from millrace_django.engine.invocation import find
+from millrace_django.engine.jsonvalues import json_problem
+from millrace_django.engine.registry import JobDefinition, JobOptions
+from millrace_django.engine.retry import next_delay
+from millrace_django.ids import new_id
+
+MAX_ERROR_LENGTH = 8192
+CANCELLED_BY_REQUEST = "Cancelled by request."
+_TRUNCATED = "\n... (truncated) ...\n"
+
+type Observers = Sequence[JobDefinition[..., Any] | str]
+"""A job's ``failure_observers``; each is enqueued with the dead job's id when it dies."""
+
+
+def is_poison_pill(job: JobRecord, interruption_limit: int) -> bool:
+    """Claimed more than ``interruption_limit`` times beyond its recorded failures."""
+    return job.attempt - job.failures > interruption_limit
+
+
+def before_run(
+    job: JobRecord, *, clock: Clock, config: EngineConfig, observers: Observers = ()
+) -> JobTransition | None:
+    """The verdict for a job that must not run at all, or ``None`` to run it.
+
+    A cancel request wins (the job was flagged, then its lease expired and it was
+    reclaimed); then the poison-pill rule.
+    """
+    if job.cancel_requested:
+        return cancelled(job, clock=clock)
+    if is_poison_pill(job, config.interruption_limit):
+        return _dead(
+            job,
+            f"Poison-pill: claimed {job.attempt} times with only {job.failures} recorded "
+            "failures — presumed to crash workers.",
+            failures=job.failures,
+            clock=clock,
+            config=config,
+            observers=observers,
+        )
+    return None
+
+
+def succeeded(
+    job: JobRecord,
+    result: object,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers = (),
+) -> JobTransition:
+    """Success with a JSON ``result``; a result JSON cannot store unchanged is a failure."""
+    problem = json_problem(result)
+    if problem is not None:
+        return _failure(
+            job,
+            f"The job returned a value that cannot be stored as its result: it {problem}.",
+            clock=clock,
+            config=config,
+            observers=observers,
+        )
+    stored: JSON = json.loads(json.dumps(result))
+    return JobTransition(
+        **_fence(job),
+        target=JobState.SUCCEEDED,
+        failures=job.failures,
+        result=stored,
+        finished_at=clock.now(),
+        activate_continuations=True,
+    )
+
+
+def failed(
+    job: JobRecord,
+    error: BaseException,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers = (),
+    traceback_text: str | None = None,
+    random: Callable[[], float] = _random.random,
+) -> JobTransition:
+    """A raised exception: retry after the policy's delay, or dead when it is spent."""
+    return _failure(
+        job,
+        error_text(error, traceback_text),
+        clock=clock,
+        config=config,
+        observers=observers,
+        random=random,
+    )
+
+
+def timed_out(
+    job: JobRecord,
+    timeout: timedelta,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers = (),
+    random: Callable[[], float] = _random.random,
+) -> JobTransition:
+    """Ran past ``timeout``: an ordinary failure with a plain message."""
+    return _failure(
+        job,
+        str(JobTimedOut(timeout)),
+        clock=clock,
+        config=config,
+        observers=observers,
+        random=random,
+    )
+
+
+def unrunnable(
+    job: JobRecord,
+    error: Exception,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers = (),
+) -> JobTransition:
+    """The job cannot start (target gone, arguments no longer fit): dead at once,
+    since retrying cannot fix it. Counts as a failure."""
+    return _dead(
+        job,
+        _truncate(str(error)),
+        failures=job.failures + 1,
+        clock=clock,
+        config=config,
+        observers=observers,
+    )
+
+
+def released(job: JobRecord) -> JobTransition:
+    """Give the job back (shutdown): claimable again, no retry budget spent."""
+    return JobTransition(**_fence(job), target=JobState.ENQUEUED, failures=job.failures)
+
+
+def cancelled(job: JobRecord, *, clock: Clock) -> JobTransition:
+    """Honour a cancel request; its awaiting continuations are cancelled too."""
+    return JobTransition(
+        **_fence(job),
+        target=JobState.CANCELLED,
+        failures=job.failures,
+        error=CANCELLED_BY_REQUEST,
+        finished_at=clock.now(),
+        cancel_continuations=True,
+    )
+
+
+def after_cancellation(
+    job: JobRecord,
+    reason: CancelReason,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers = (),
+) -> JobTransition | None:
+    """What to write once a running job's cancellation fired, by reason (``None``:
+    another worker owns the job now, so write nothing)."""
+    if reason is CancelReason.REQUESTED:
+        return cancelled(job, clock=clock)
+    if reason is CancelReason.TIMEOUT:
+        if job.timeout is None:
+            raise ValueError(f"job {job.id} timed out but has no timeout")
+        return timed_out(job, job.timeout, clock=clock, config=config, observers=observers)
+    if reason is CancelReason.SHUTDOWN:
+        return released(job)
+    return None
+
+
+def failure_observer_jobs(
+    job: JobRecord, observers: Observers, *, clock: Clock, config: EngineConfig
+) -> list[JobRecord]:
+    """One ``enqueued`` job per observer, called with the dead job's id as a string.
+
+    An observer named by a target that no longer resolves is still enqueued with the
+    default options; it then dies with a clear error of its own instead of hiding this one.
+    """
+    now = clock.now()
+    jobs = []
+    for observer in observers:
+        definition = find(observer) if isinstance(observer, str) else observer
+        target = observer if isinstance(observer, str) else observer.target
+        options = definition.options if definition is not None else JobOptions()
+        jobs.append(
+            JobRecord(
+                id=new_id(clock),
+                queue=options.queue or config.default_queue,
+                invocation=Invocation(target=target, args=(str(job.id),)),
+                state=JobState.ENQUEUED,
+                created_at=now,
+                priority=options.priority or 0,
+                retry=options.retry or config.default_retry,
+                timeout=options.timeout,
+                tenant_id=job.tenant_id,
+            )
+        )
+    return jobs
+
+
+def error_text(error: BaseException, traceback_text: str | None = None) -> str:
+    """The stored error: the formatted traceback, at most :data:`MAX_ERROR_LENGTH` long."""
+    if traceback_text is None:
+        traceback_text = "".join(traceback.format_exception(error)).rstrip()
+    return _truncate(traceback_text)
+
+
+def _truncate(text: str) -> str:
+    """Keep both ends: Python puts the failing frame and the message last."""
+    if len(text) <= MAX_ERROR_LENGTH:
+        return text
+    head = MAX_ERROR_LENGTH // 4
+    tail = MAX_ERROR_LENGTH - head - len(_TRUNCATED)
+    return text[:head] + _TRUNCATED + text[-tail:]
+
+
+def _failure(
+    job: JobRecord,
+    text: str,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers,
+    random: Callable[[], float] = _random.random,
+) -> JobTransition:
+    failures = job.failures + 1
+    delay = next_delay(job.retry, failures, random=random)
+    if delay is None:
+        return _dead(job, text, failures=failures, clock=clock, config=config, observers=observers)
+    return JobTransition(
+        **_fence(job),
+        target=JobState.FAILED,
+        failures=failures,
+        due_at=clock.now() + delay,
+        error=text,
+    )
+
+
+def _dead(
+    job: JobRecord,
+    text: str,
+    *,
+    failures: int,
+    clock: Clock,
+    config: EngineConfig,
+    observers: Observers,
+) -> JobTransition:
+    return JobTransition(
+        **_fence(job),
+        target=JobState.DEAD,
+        failures=failures,
+        error=text,
+        finished_at=clock.now(),
+        enqueue=failure_observer_jobs(job, observers, clock=clock, config=config),
+        cancel_continuations=True,
+    )
+
+
+def _fence(job: JobRecord) -> dict[str, Any]:
+    if job.state is not JobState.PROCESSING or job.worker_id is None:
+        raise ValueError(f"job {job.id} is {job.state.value}, not claimed by a worker")
+    return {
+        "job_id": job.id,
+        "expected_worker_id": job.worker_id,
+        "expected_attempt": job.attempt,
+    }

@@ -1,0 +1,44 @@
+"""Turning a recurring definition into jobs: shared by the client's trigger and the scheduler.
+
+Fired jobs copy the definition's queue, priority, retry and tenant, carry its id as
+provenance, and take no idempotency key (the definition's id is its identity).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from millrace_django.clock import Clock
+from millrace_django.contract import JobRecord, JobState, RecurringRecord
+from millrace_django.engine.cron import CronSchedule
+from millrace_django.engine.invocation import find
+from millrace_django.ids import new_id
+
+FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+"""Where a definition whose cron has no future occurrence is parked after its last fire."""
+
+
+def occurrence(record: RecurringRecord, clock: Clock) -> JobRecord:
+    """An ``enqueued`` job for one occurrence of ``record``."""
+    definition = find(record.invocation.target)  # the timeout lives on the definition
+    return JobRecord(
+        id=new_id(clock),
+        queue=record.queue,
+        invocation=record.invocation,
+        state=JobState.ENQUEUED,
+        created_at=clock.now(),
+        priority=record.priority,
+        retry=record.retry,
+        timeout=definition.options.timeout if definition is not None else None,
+        tenant_id=record.tenant_id,
+        recurring_id=record.id,
+    )
+
+
+def following_fire_time(record: RecurringRecord, now: datetime) -> datetime:
+    """The next fire time after firing at ``now``: computed from *now*, so missed
+    occurrences collapse into the one just fired. Raises
+    :class:`~millrace_django.engine.errors.InvalidCron` for a stored cron that no
+    longer parses (the scheduler logs it and moves on)."""
+    following = CronSchedule.parse(record.cron, record.timezone).next_after(now)
+    return following if following is not None else FAR_FUTURE

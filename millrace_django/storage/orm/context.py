@@ -1,0 +1,49 @@
+"""What every part of the ORM provider shares: the alias, the clock, the vendor's
+strategy and the transaction runner."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from django.db import connections
+from django.db.models import QuerySet
+
+from millrace_django.clock import Clock
+from millrace_django.dbschema import tracks_key_scope
+from millrace_django.models import Bookmark, Job, JobAttempt, Recurring, WorkflowInstance
+from millrace_django.storage.orm.transactions import Transactions
+
+if TYPE_CHECKING:
+    from millrace_django.storage.orm.vendors import Vendor
+
+
+class OrmContext:
+    """One storage's view of its database."""
+
+    def __init__(self, alias: str, clock: Clock, vendor: Vendor, tx: Transactions) -> None:
+        self.alias = alias
+        self.clock = clock
+        self.vendor = vendor
+        self.tx = tx
+
+    @cached_property
+    def track_scope(self) -> bool:
+        """Whether inserts and terminal moves maintain ``Job.key_scope`` (see
+        :func:`~millrace_django.dbschema.tracks_key_scope`)."""
+        return tracks_key_scope(connections[self.alias])
+
+    def jobs(self) -> QuerySet[Job]:
+        return Job.objects.using(self.alias)
+
+    def attempts(self) -> QuerySet[JobAttempt]:
+        return JobAttempt.objects.using(self.alias)
+
+    def recurring(self) -> QuerySet[Recurring]:
+        return Recurring.objects.using(self.alias)
+
+    def instances(self) -> QuerySet[WorkflowInstance]:
+        return WorkflowInstance.objects.using(self.alias)
+
+    def bookmarks(self) -> QuerySet[Bookmark]:
+        return Bookmark.objects.using(self.alias)

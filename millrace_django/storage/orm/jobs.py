@@ -1,0 +1,246 @@
+"""The job substrate over the ORM: each method is one storage call, one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.db import IntegrityError
+
+from millrace_django.contract import (
+    PRE_ACTIVE_JOB_STATES,
+    TERMINAL_JOB_STATES,
+    Capabilities,
+    ClaimRequest,
+    JobRecord,
+    JobState,
+    JobTransition,
+    RecurringRecord,
+)
+from millrace_django.errors import StorageError
+from millrace_django.models import JOB_STATE_CODES, JOB_STATES, job_codes
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.hotpath import ENQUEUED, PROCESSING
+from millrace_django.storage.orm.inserts import insert_jobs
+from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
+from millrace_django.storage.orm.transactions import InsertConflict
+from millrace_django.storage.orm.transitions import (
+    CANCELLED,
+    apply_transition,
+    cancel_awaiting_closure,
+    is_plain_success,
+)
+
+FAILED = JOB_STATE_CODES[JobState.FAILED]
+_DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
+_TERMINAL = job_codes(TERMINAL_JOB_STATES)
+
+
+class OrmJobs:
+    """:class:`~millrace_django.contract.JobStorage` over the ORM."""
+
+    def __init__(self, ctx: OrmContext) -> None:
+        self._ctx = ctx
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities.NONE
+
+    def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
+        if not jobs:
+            return []
+        return self._ctx.tx.write(lambda: insert_jobs(self._ctx, jobs))
+
+    # -- claims and leases -------------------------------------------------------------
+
+    def claim(self, request: ClaimRequest) -> list[JobRecord]:
+        if request.max_count <= 0 or not request.queues:
+            return []
+        hot_path = self._ctx.vendor.hot_path
+        return self._ctx.tx.write(lambda: hot_path.claim(self._ctx, request))
+
+    def renew_leases(self, worker_id: str, ids: Collection[UUID], lease: timedelta) -> set[UUID]:
+        if not ids:
+            return set()
+
+        def renew() -> set[UUID]:
+            held = list(
+                self._ctx.jobs()
+                .select_for_update()
+                .filter(uuid__in=list(ids), state=PROCESSING, worker_id=worker_id)
+                .values_list("seq", "uuid", "cancel_requested")
+            )
+            if held:
+                until = self._ctx.clock.now() + lease
+                self._ctx.jobs().filter(seq__in=[seq for seq, _, _ in held]).update(
+                    lease_until=until
+                )
+            return {uuid for _, uuid, cancel_requested in held if not cancel_requested}
+
+        return self._ctx.tx.write(renew)
+
+    # -- transitions -------------------------------------------------------------------
+
+    def apply(self, transition: JobTransition) -> bool:
+        return self._ctx.tx.write(lambda: apply_transition(self._ctx, transition))
+
+    def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
+        """Plain successes of distinct jobs are acknowledged together by the hot path;
+        every other transition gets its own transaction, afterwards."""
+        outcomes: list[bool | StorageError | None] = [None] * len(transitions)
+        batched: dict[UUID, int] = {}
+        for position, t in enumerate(transitions):
+            if is_plain_success(t) and t.job_id not in batched:
+                batched[t.job_id] = position
+        if batched:
+            plain = [transitions[p] for p in batched.values()]
+            hot_path = self._ctx.vendor.hot_path
+            won = self._ctx.tx.write(lambda: hot_path.complete(self._ctx, plain))
+            for position, ok in zip(batched.values(), won, strict=True):
+                outcomes[position] = ok
+        for position, t in enumerate(transitions):
+            if outcomes[position] is None:
+                try:
+                    outcomes[position] = self.apply(t)
+                except StorageError as error:
+                    outcomes[position] = error
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    # -- operator moves ----------------------------------------------------------------
+
+    def try_cancel(self, job_id: UUID) -> bool:
+        def cancel() -> bool:
+            row = (
+                self._ctx.jobs()
+                .select_for_update()
+                .filter(uuid=job_id)
+                .only("seq", "state")
+                .first()
+            )
+            if row is None:
+                return False
+            state = JOB_STATES[row.state]
+            if state is JobState.PROCESSING:
+                self._ctx.jobs().filter(seq=row.seq).update(cancel_requested=True)
+                return True
+            if state not in PRE_ACTIVE_JOB_STATES:
+                return False
+            now = self._ctx.clock.now()
+            self._ctx.jobs().filter(seq=row.seq).update(
+                state=CANCELLED, finished_at=now, key_scope=None
+            )
+            cancel_awaiting_closure(self._ctx, job_id, now)
+            return True
+
+        return self._ctx.tx.write(cancel)
+
+    def try_run_now(self, job_id: UUID) -> bool:
+        moved = self._ctx.tx.write(
+            lambda: (
+                self._ctx.jobs()
+                .filter(uuid=job_id, state=FAILED)
+                .update(state=ENQUEUED, due_at=None)
+            )
+        )
+        return moved > 0
+
+    def get_job(self, job_id: UUID) -> JobRecord | None:
+        row = self._ctx.tx.read(lambda: self._ctx.jobs().filter(uuid=job_id).first())
+        return job_record(row) if row is not None else None
+
+    def activate_due(self, now: datetime, limit: int) -> int:
+        if limit <= 0:
+            return 0
+
+        def activate() -> int:
+            due = list(
+                self._ctx.jobs()
+                .select_for_update(skip_locked=True)
+                .filter(state__in=_DUE, due_at__lte=now)
+                .order_by("due_at", "seq")
+                .values_list("seq", flat=True)[:limit]
+            )
+            if not due:
+                return 0
+            return self._ctx.jobs().filter(seq__in=due).update(state=ENQUEUED, due_at=None)
+
+        return self._ctx.tx.write(activate)
+
+    def purge_finished(self, before: datetime, limit: int) -> int:
+        if limit <= 0:
+            return 0
+
+        def purge() -> int:
+            finished = list(
+                self._ctx.jobs()
+                .filter(state__in=_TERMINAL, finished_at__lt=before)
+                .order_by("finished_at", "seq")
+                .values_list("seq", flat=True)[:limit]
+            )
+            if not finished:
+                return 0
+            deleted, _ = self._ctx.jobs().filter(seq__in=finished, state__in=_TERMINAL).delete()
+            return deleted
+
+        return self._ctx.tx.write(purge)
+
+    # -- recurring ---------------------------------------------------------------------
+
+    def upsert_recurring(self, record: RecurringRecord) -> None:
+        def upsert() -> None:
+            stored = self._ctx.recurring().select_for_update().filter(id=record.id).first()
+            if stored is None:
+                try:
+                    self._ctx.recurring().create(id=record.id, **recurring_fields(record))
+                except IntegrityError as error:
+                    raise InsertConflict(str(error)) from error
+                return
+            fields = recurring_fields(record)
+            if (stored.cron, stored.timezone) == (record.cron, record.timezone):
+                del fields["next_fire_time"]
+            del fields["last_fire_time"], fields["created_at"]
+            self._ctx.recurring().filter(id=record.id).update(**fields)
+
+        self._ctx.tx.write(upsert)
+
+    def get_recurring(self, recurring_id: str) -> RecurringRecord | None:
+        row = self._ctx.tx.read(lambda: self._ctx.recurring().filter(id=recurring_id).first())
+        return recurring_record(row) if row is not None else None
+
+    def remove_recurring(self, recurring_id: str) -> bool:
+        deleted, _ = self._ctx.tx.write(
+            lambda: self._ctx.recurring().filter(id=recurring_id).delete()
+        )
+        return deleted > 0
+
+    def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
+        if limit <= 0:
+            return []
+        rows = self._ctx.tx.read(
+            lambda: list(
+                self._ctx.recurring()
+                .filter(next_fire_time__lte=now)
+                .order_by("next_fire_time", "id")[:limit]
+            )
+        )
+        return [recurring_record(row) for row in rows]
+
+    def try_fire_recurring(
+        self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
+    ) -> bool:
+        def fire() -> bool:
+            won = (
+                self._ctx.recurring()
+                .filter(id=recurring_id, next_fire_time=expected)
+                .update(
+                    next_fire_time=next_fire_time,
+                    last_fire_time=expected,
+                    updated_at=self._ctx.clock.now(),
+                )
+            )
+            if won:
+                insert_jobs(self._ctx, [job])
+            return won > 0
+
+        return self._ctx.tx.write(fire)

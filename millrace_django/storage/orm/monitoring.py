@@ -1,0 +1,268 @@
+"""The dashboard's read model over the ORM: keyset pages, details and statistics.
+
+Plain reads that take no locks; pages fetch ``limit + 1`` rows to know whether another
+page exists, and never count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from uuid import UUID
+
+from django.db.models import Count, Model, OuterRef, Q, QuerySet, Subquery
+
+from millrace_django.contract import (
+    ATTEMPT_HISTORY_CAP,
+    InstanceQuery,
+    InstanceState,
+    InstanceSummary,
+    JobAttempt,
+    JobDetails,
+    JobQuery,
+    JobState,
+    JobStatistics,
+    JobSummary,
+    Page,
+    RecurringQuery,
+    RecurringSummary,
+    TenantFilter,
+    TenantScope,
+    clamp_limit,
+    decode_time_id,
+    decode_time_text,
+    encode_time_id,
+    encode_time_text,
+)
+from millrace_django.models import (
+    ATTEMPT_OUTCOMES,
+    INSTANCE_STATE_CODES,
+    INSTANCE_STATES,
+    JOB_STATE_CODES,
+    JOB_STATES,
+    Job,
+    Recurring,
+    WorkflowInstance,
+)
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.hotpath import ENQUEUED
+from millrace_django.storage.orm.rows import invocation_of, retry_of
+
+_SUMMARY_FIELDS = (
+    "uuid", "queue", "state", "target", "priority", "created_at", "due_at", "finished_at",
+    "attempt", "failures", "tenant_id", "worker_id",
+)  # fmt: skip
+
+
+def tenant_q(tenant: TenantFilter) -> Q:
+    if tenant.scope is TenantScope.UNTENANTED:
+        return Q(tenant_id__isnull=True)
+    if tenant.scope is TenantScope.TENANT:
+        return Q(tenant_id=tenant.tenant_id)
+    return Q()
+
+
+def created_q(after: datetime | None, before: datetime | None) -> Q:
+    """``after`` inclusive, ``before`` exclusive."""
+    q = Q()
+    if after is not None:
+        q &= Q(created_at__gte=after)
+    if before is not None:
+        q &= Q(created_at__lt=before)
+    return q
+
+
+def _newest_first_page[Row: Model, Item](
+    rows: QuerySet[Row],
+    id_field: str,
+    cursor: str | None,
+    limit: int,
+    summarize: Callable[[Row], Item],
+) -> Page[Item]:
+    """Keyset page over ``(created_at, id)`` descending."""
+    if cursor is not None:
+        at, last_id = decode_time_id(cursor)
+        rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, **{f"{id_field}__lt": last_id}))
+    size = clamp_limit(limit)
+    fetched = list(rows.order_by("-created_at", f"-{id_field}")[: size + 1])
+    page = fetched[:size]
+    next_cursor = None
+    if len(fetched) > size:
+        last = page[-1]
+        next_cursor = encode_time_id(last.created_at, getattr(last, id_field))  # type: ignore[attr-defined]
+    return Page(items=[summarize(row) for row in page], next_cursor=next_cursor)
+
+
+def summarize_job(row: Job) -> JobSummary:
+    return JobSummary(
+        id=row.uuid,
+        queue=row.queue,
+        state=JOB_STATES[row.state],
+        target=row.target,
+        priority=row.priority,
+        created_at=row.created_at,
+        due_at=row.due_at,
+        finished_at=row.finished_at,
+        attempt=row.attempt,
+        failures=row.failures,
+        tenant_id=row.tenant_id,
+        worker_id=row.worker_id,
+    )
+
+
+def summarize_instance(row: WorkflowInstance) -> InstanceSummary:
+    return InstanceSummary(
+        id=row.id,
+        definition_id=row.definition_id,
+        definition_version=row.definition_version,
+        state=INSTANCE_STATES[row.state],
+        tenant_id=row.tenant_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        revision=row.revision,
+    )
+
+
+class OrmMonitoring:
+    """:class:`~millrace_django.contract.MonitoringStorage` over the ORM."""
+
+    def __init__(self, ctx: OrmContext) -> None:
+        self._ctx = ctx
+
+    def get_statistics(self, tenant: TenantFilter) -> JobStatistics:
+        return self._ctx.tx.read(lambda: self._statistics(tenant))
+
+    def _statistics(self, tenant: TenantFilter) -> JobStatistics:
+        ctx, scope = self._ctx, tenant_q(tenant)
+        jobs_by_state = dict.fromkeys(JobState, 0)
+        for code, n in ctx.jobs().filter(scope).values_list("state").annotate(n=Count("seq")):
+            jobs_by_state[JOB_STATES[code]] = n
+        enqueued = ctx.jobs().filter(scope, state=ENQUEUED).values_list("queue")
+        instances_by_state = dict.fromkeys(InstanceState, 0)
+        per_state = ctx.instances().filter(scope).values_list("state").annotate(n=Count("id"))
+        for code, n in per_state:
+            instances_by_state[INSTANCE_STATES[code]] = n
+        recurring = ctx.recurring().filter(scope)
+        return JobStatistics(
+            jobs_by_state=jobs_by_state,
+            enqueued_by_queue=dict(enqueued.annotate(n=Count("seq")).order_by()),
+            instances_by_state=instances_by_state,
+            recurring_definitions=recurring.count(),
+            overdue_recurring_definitions=recurring.filter(
+                next_fire_time__lte=ctx.clock.now()
+            ).count(),
+        )
+
+    def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
+        rows = (
+            self._ctx.jobs()
+            .only(*_SUMMARY_FIELDS)
+            .filter(tenant_q(query.tenant), created_q(query.created_after, query.created_before))
+        )
+        if query.states:
+            rows = rows.filter(state__in=[JOB_STATE_CODES[s] for s in query.states])
+        if query.queue is not None:
+            rows = rows.filter(queue=query.queue)
+        return self._ctx.tx.read(
+            lambda: _newest_first_page(rows, "uuid", query.cursor, query.limit, summarize_job)
+        )
+
+    def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
+        rows = (
+            self._ctx.instances()
+            .defer("data", "cursor")
+            .filter(tenant_q(query.tenant), created_q(query.created_after, query.created_before))
+        )
+        if query.states:
+            rows = rows.filter(state__in=[INSTANCE_STATE_CODES[s] for s in query.states])
+        if query.definition_id is not None:
+            rows = rows.filter(definition_id=query.definition_id)
+            if query.definition_version is not None:
+                rows = rows.filter(definition_version=query.definition_version)
+        return self._ctx.tx.read(
+            lambda: _newest_first_page(rows, "id", query.cursor, query.limit, summarize_instance)
+        )
+
+    def get_job_details(self, job_id: UUID) -> JobDetails | None:
+        def read() -> tuple[Job | None, list[JobAttempt]]:
+            row = self._ctx.jobs().filter(uuid=job_id).first()
+            if row is None:
+                return None, []
+            attempts = self._ctx.attempts().filter(job_id=row.seq).order_by("-attempt")
+            return row, [
+                JobAttempt(
+                    attempt=a.attempt,
+                    outcome=ATTEMPT_OUTCOMES[a.outcome],
+                    recorded_at=a.recorded_at,
+                    worker_id=a.worker_id,
+                    error=a.error,
+                )
+                for a in attempts[:ATTEMPT_HISTORY_CAP]
+            ]
+
+        row, attempts = self._ctx.tx.read(read)
+        if row is None:
+            return None
+        return JobDetails(
+            summary=summarize_job(row),
+            invocation=invocation_of(row.target, row.arguments),
+            retry=retry_of(row.retry),
+            timeout=row.timeout,
+            idempotency_key=row.idempotency_key,
+            parent_id=row.parent_id,
+            requeued_from=row.requeued_from,
+            recurring_id=row.recurring_id,
+            last_error=row.last_error,
+            result=row.result,
+            lease_until=row.lease_until,
+            cancel_requested=row.cancel_requested,
+            workflow_instance_id=row.workflow_instance_id,
+            activity_node_id=row.activity_node_id,
+            attempts=attempts,
+        )
+
+    def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
+        newest_fired = (
+            self._ctx.jobs().filter(recurring_id=OuterRef("id")).order_by("-created_at", "-uuid")
+        )
+        rows = (
+            self._ctx.recurring()
+            .defer("arguments", "retry")
+            .filter(tenant_q(query.tenant))
+            .annotate(
+                last_state=Subquery(newest_fired.values("state")[:1]),
+                last_job=Subquery(newest_fired.values("uuid")[:1]),
+            )
+        )
+        if query.queue is not None:
+            rows = rows.filter(queue=query.queue)
+        if query.cursor is not None:
+            at, last_id = decode_time_text(query.cursor)
+            rows = rows.filter(Q(next_fire_time__gt=at) | Q(next_fire_time=at, id__gt=last_id))
+        size = clamp_limit(query.limit)
+        fetched = self._ctx.tx.read(lambda: list(rows.order_by("next_fire_time", "id")[: size + 1]))
+        page = fetched[:size]
+        next_cursor = None
+        if len(fetched) > size:
+            next_cursor = encode_time_text(page[-1].next_fire_time, page[-1].id)
+        return Page(items=[_summarize_recurring(row) for row in page], next_cursor=next_cursor)
+
+
+def _summarize_recurring(row: Recurring) -> RecurringSummary:
+    last_state: int | None = row.last_state  # type: ignore[attr-defined]
+    last_job: UUID | None = row.last_job  # type: ignore[attr-defined]
+    return RecurringSummary(
+        id=row.id,
+        cron=row.cron,
+        timezone=row.timezone,
+        queue=row.queue,
+        target=row.target,
+        priority=row.priority,
+        tenant_id=row.tenant_id,
+        next_fire_time=row.next_fire_time,
+        last_fire_time=row.last_fire_time,
+        last_outcome=JOB_STATES[last_state] if last_state is not None else None,
+        last_job_id=last_job,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

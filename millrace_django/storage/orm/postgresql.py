@@ -1,0 +1,132 @@
+"""PostgreSQL's hot statements, hand-written: a batch claim in one statement and a batch
+acknowledgement in one statement (plus one to wake continuations, when asked).
+
+Same contract as :class:`~millrace_django.storage.orm.hotpath.OrmHotPath`; table and
+column names come from the models, so the SQL follows the schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+
+from millrace_django.contract import (
+    ATTEMPT_HISTORY_CAP,
+    AttemptOutcome,
+    ClaimRequest,
+    JobRecord,
+    JobTransition,
+)
+from millrace_django.models import ATTEMPT_OUTCOME_CODES, Job, JobAttempt
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.hotpath import AWAITING, ENQUEUED, PROCESSING, SUCCEEDED
+from millrace_django.storage.orm.rows import job_record
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_JOBS = _q(Job._meta.db_table)
+_ATTEMPTS = _q(JobAttempt._meta.db_table)
+_COLUMNS = ", ".join(f"j.{_q(f.column)}" for f in Job._meta.concrete_fields)
+
+# Lock the next claimable rows, remember what they were (an expired lease is recorded as
+# an interrupted attempt of its previous owner, and that job's history pruned), lease
+# them. All CTEs see one snapshot; RETURNING order is unspecified, hence the ORDER BY.
+CLAIM_SQL = f"""
+WITH picked AS (
+    SELECT seq, state AS prior_state, attempt AS prior_attempt, worker_id AS prior_worker
+    FROM {_JOBS}
+    WHERE queue = ANY(%(queues)s)
+      AND (state = {ENQUEUED} OR (state = {PROCESSING} AND lease_until <= %(now)s))
+    ORDER BY priority DESC, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE {_JOBS} AS j
+    SET state = {PROCESSING}, worker_id = %(worker)s, lease_until = %(until)s,
+        attempt = j.attempt + 1
+    FROM picked
+    WHERE j.seq = picked.seq
+    RETURNING {_COLUMNS}
+), interrupted AS (
+    INSERT INTO {_ATTEMPTS} (job_id, attempt, outcome, recorded_at, worker_id, error)
+    SELECT seq, prior_attempt, {ATTEMPT_OUTCOME_CODES[AttemptOutcome.INTERRUPTED]}, %(now)s,
+           prior_worker, NULL
+    FROM picked
+    WHERE prior_state = {PROCESSING}
+    ON CONFLICT (job_id, attempt) DO NOTHING
+), pruned AS (
+    DELETE FROM {_ATTEMPTS} AS a
+    USING picked
+    WHERE picked.prior_state = {PROCESSING} AND a.job_id = picked.seq
+      AND a.attempt < picked.prior_attempt - {ATTEMPT_HISTORY_CAP - 1}
+)
+SELECT * FROM leased ORDER BY priority DESC, seq
+"""
+
+# Fenced, set-based acknowledgement: a row moves only if it still matches its own
+# transition's (processing, worker, attempt).
+_COMPLETE_SQL = """
+UPDATE {jobs} AS j
+SET state = {succeeded}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
+    failures = done.failures, finished_at = done.finished_at, result = done.result
+FROM (VALUES {rows}) AS done (uuid, worker_id, attempt, failures, finished_at, result)
+WHERE j.uuid = done.uuid AND j.state = {processing}
+  AND j.worker_id = done.worker_id AND j.attempt = done.attempt
+RETURNING j.uuid
+"""
+_FIRST_ROW = "(%s::uuid, %s, %s::integer, %s::integer, %s::timestamptz, %s::jsonb)"
+_NEXT_ROW = "(%s, %s, %s, %s, %s, %s)"
+
+# A separate statement, so it sees continuations committed while the UPDATE above
+# waited for their parent's row lock.
+_WAKE_SQL = f"""
+UPDATE {_JOBS} SET state = {ENQUEUED}, due_at = NULL
+WHERE parent_id = ANY(%s) AND state = {AWAITING}
+"""
+
+
+class PostgresHotPath:
+    """One round trip per batch claim and per batch acknowledgement."""
+
+    def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
+        now = ctx.clock.now()
+        params = {
+            "queues": sorted(request.queues),
+            "now": now,
+            "limit": request.max_count,
+            "worker": request.worker_id,
+            "until": now + request.lease,
+        }
+        rows = Job.objects.using(ctx.alias).raw(CLAIM_SQL, params)
+        return [job_record(row) for row in rows]
+
+    def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
+        now = ctx.clock.now()
+        connection = connections[ctx.alias]
+        result_field = Job._meta.get_field("result")
+        params: list[Any] = []
+        for t in transitions:
+            params += [
+                t.job_id,
+                t.expected_worker_id,
+                t.expected_attempt,
+                t.failures,
+                t.finished_at or now,
+                result_field.get_db_prep_value(t.result, connection),
+            ]
+        rows = ", ".join([_FIRST_ROW] + [_NEXT_ROW] * (len(transitions) - 1))
+        sql = _COMPLETE_SQL.format(
+            jobs=_JOBS, succeeded=SUCCEEDED, processing=PROCESSING, rows=rows
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            won = {uuid for (uuid,) in cursor.fetchall()}
+            woken = [t.job_id for t in transitions if t.job_id in won and t.activate_continuations]
+            if woken:
+                cursor.execute(_WAKE_SQL, [woken])
+        return [t.job_id in won for t in transitions]

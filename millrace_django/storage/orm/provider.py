@@ -1,0 +1,182 @@
+"""``DjangoStorage``: the job, workflow and monitoring contracts on one database alias."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from millrace_django.clock import Clock, SystemClock
+from millrace_django.contract import (
+    BookmarkRecord,
+    Capabilities,
+    ClaimRequest,
+    InstanceQuery,
+    InstanceSummary,
+    JobDetails,
+    JobQuery,
+    JobRecord,
+    JobStatistics,
+    JobSummary,
+    JobTransition,
+    Page,
+    RecurringQuery,
+    RecurringRecord,
+    RecurringSummary,
+    TenantFilter,
+    WorkflowInstanceRecord,
+)
+from millrace_django.errors import StorageError
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.jobs import OrmJobs
+from millrace_django.storage.orm.monitoring import OrmMonitoring
+from millrace_django.storage.orm.transactions import (
+    DEFAULT_ATTEMPTS,
+    DEFAULT_STATEMENT_TIMEOUT,
+    Transactions,
+)
+from millrace_django.storage.orm.vendors import Vendor, vendor_for
+from millrace_django.storage.orm.workflows import OrmWorkflows
+
+
+def configuration_problems(alias: str) -> list[str]:
+    """Why ``alias`` cannot host the storage as configured (empty when it can); shared
+    with the system checks so a bad setting fails at start-up, not under load."""
+    problems = []
+    if not settings.USE_TZ:
+        problems.append("USE_TZ must be True: every instant the storage keeps is aware UTC")
+    connection = connections[alias]
+    problems += vendor_for(connection).configuration_problems(connection.settings_dict)
+    return [f"database {alias!r}: {problem}" for problem in problems]
+
+
+class DjangoStorage:
+    """Durable storage through the Django ORM on ``alias``; every "now" from ``clock``.
+
+    Each call runs in its own short transaction (joining the caller's, as a savepoint,
+    when called inside ``transaction.atomic`` on the same alias, which is what makes an
+    enqueue transactional with the application's own writes).
+    """
+
+    def __init__(
+        self,
+        alias: str = "default",
+        clock: Clock | None = None,
+        *,
+        statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
+        transaction_attempts: int = DEFAULT_ATTEMPTS,
+    ) -> None:
+        problems = configuration_problems(alias)
+        if problems:
+            raise ImproperlyConfigured("; ".join(problems))
+        self.alias = alias
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.vendor: Vendor = vendor_for(connections[alias])
+        tx = Transactions(
+            alias,
+            self.vendor,
+            statement_timeout=statement_timeout,
+            attempts=transaction_attempts,
+        )
+        ctx = OrmContext(alias, self.clock, self.vendor, tx)
+        self._jobs = OrmJobs(ctx)
+        self._workflows = OrmWorkflows(ctx)
+        self._monitoring = OrmMonitoring(ctx)
+
+    # -- JobStorage --------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._jobs.capabilities
+
+    def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
+        return self._jobs.enqueue(jobs)
+
+    def claim(self, request: ClaimRequest) -> list[JobRecord]:
+        return self._jobs.claim(request)
+
+    def renew_leases(self, worker_id: str, ids: Collection[UUID], lease: timedelta) -> set[UUID]:
+        return self._jobs.renew_leases(worker_id, ids, lease)
+
+    def apply(self, transition: JobTransition) -> bool:
+        return self._jobs.apply(transition)
+
+    def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
+        return self._jobs.apply_many(transitions)
+
+    def try_cancel(self, job_id: UUID) -> bool:
+        return self._jobs.try_cancel(job_id)
+
+    def try_run_now(self, job_id: UUID) -> bool:
+        return self._jobs.try_run_now(job_id)
+
+    def get_job(self, job_id: UUID) -> JobRecord | None:
+        return self._jobs.get_job(job_id)
+
+    def activate_due(self, now: datetime, limit: int) -> int:
+        return self._jobs.activate_due(now, limit)
+
+    def purge_finished(self, before: datetime, limit: int) -> int:
+        return self._jobs.purge_finished(before, limit)
+
+    def upsert_recurring(self, record: RecurringRecord) -> None:
+        self._jobs.upsert_recurring(record)
+
+    def get_recurring(self, recurring_id: str) -> RecurringRecord | None:
+        return self._jobs.get_recurring(recurring_id)
+
+    def remove_recurring(self, recurring_id: str) -> bool:
+        return self._jobs.remove_recurring(recurring_id)
+
+    def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
+        return self._jobs.get_due_recurring(now, limit)
+
+    def try_fire_recurring(
+        self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
+    ) -> bool:
+        return self._jobs.try_fire_recurring(recurring_id, expected, next_fire_time, job)
+
+    # -- WorkflowStorage ---------------------------------------------------------------
+
+    def create_instance(
+        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+    ) -> None:
+        self._workflows.create_instance(instance, enqueue)
+
+    def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
+        return self._workflows.get_instance(instance_id)
+
+    def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
+        self._workflows.update_instance(instance, expected_revision)
+
+    def add_bookmark(self, bookmark: BookmarkRecord) -> None:
+        self._workflows.add_bookmark(bookmark)
+
+    def consume_bookmark(
+        self,
+        signal_name: str,
+        correlation_id: str,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        return self._workflows.consume_bookmark(signal_name, correlation_id, enqueue)
+
+    # -- MonitoringStorage -------------------------------------------------------------
+
+    def get_statistics(self, tenant: TenantFilter) -> JobStatistics:
+        return self._monitoring.get_statistics(tenant)
+
+    def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
+        return self._monitoring.query_jobs(query)
+
+    def get_job_details(self, job_id: UUID) -> JobDetails | None:
+        return self._monitoring.get_job_details(job_id)
+
+    def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
+        return self._monitoring.query_recurring(query)
+
+    def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
+        return self._monitoring.query_instances(query)

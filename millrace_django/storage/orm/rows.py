@@ -1,0 +1,225 @@
+"""Conversions between the contract's records and the ORM's rows, in one place."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from typing import Any
+
+from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
+    BookmarkRecord,
+    Invocation,
+    JobRecord,
+    RecurringRecord,
+    RetryKind,
+    RetrySpec,
+    WorkflowInstanceRecord,
+)
+from millrace_django.models import (
+    INSTANCE_STATE_CODES,
+    INSTANCE_STATES,
+    JOB_STATE_CODES,
+    JOB_STATES,
+    Bookmark,
+    Job,
+    Recurring,
+    WorkflowInstance,
+)
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def key_digest(tenant_id: str | None, key: str) -> str:
+    """The fixed-width identity of an idempotency scope; the null tenant is its own."""
+    scope = json.dumps([tenant_id, key], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(scope.encode("utf-8")).hexdigest()
+
+
+def active_scope(job: JobRecord) -> str | None:
+    """The scope ``job`` holds as stored, or ``None`` (no key, or not active)."""
+    if job.idempotency_key is None or job.state not in ACTIVE_JOB_STATES:
+        return None
+    return key_digest(job.tenant_id, job.idempotency_key)
+
+
+def arguments_json(invocation: Invocation) -> dict[str, Any]:
+    return {"args": list(invocation.args), "kwargs": dict(invocation.kwargs)}
+
+
+def invocation_of(target: str, arguments: dict[str, Any]) -> Invocation:
+    return Invocation(target=target, args=arguments["args"], kwargs=arguments["kwargs"])
+
+
+def retry_json(retry: RetrySpec) -> dict[str, Any]:
+    return {
+        "kind": retry.kind.value,
+        "max_attempts": retry.max_attempts,
+        "base_delay_us": retry.base_delay // _MICROSECOND,
+        "max_delay_us": retry.max_delay // _MICROSECOND,
+        "jitter": retry.jitter,
+    }
+
+
+def retry_of(stored: dict[str, Any]) -> RetrySpec:
+    return RetrySpec(
+        kind=RetryKind(stored["kind"]),
+        max_attempts=stored["max_attempts"],
+        base_delay=stored["base_delay_us"] * _MICROSECOND,
+        max_delay=stored["max_delay_us"] * _MICROSECOND,
+        jitter=stored["jitter"],
+    )
+
+
+def job_row(job: JobRecord, *, track_scope: bool) -> Job:
+    """A new row for ``job``; ``key_scope`` is filled only where it enforces uniqueness."""
+    return Job(
+        uuid=job.id,
+        queue=job.queue,
+        state=JOB_STATE_CODES[job.state],
+        priority=job.priority,
+        target=job.invocation.target,
+        arguments=arguments_json(job.invocation),
+        retry=retry_json(job.retry),
+        timeout=job.timeout,
+        created_at=job.created_at,
+        due_at=job.due_at,
+        worker_id=job.worker_id,
+        lease_until=job.lease_until,
+        attempt=job.attempt,
+        failures=job.failures,
+        cancel_requested=job.cancel_requested,
+        idempotency_key=job.idempotency_key,
+        tenant_id=job.tenant_id,
+        key_scope=active_scope(job) if track_scope else None,
+        parent_id=job.parent_id,
+        requeued_from=job.requeued_from,
+        trace_parent=job.trace_parent,
+        recurring_id=job.recurring_id,
+        last_error=job.last_error,
+        result=job.result,
+        finished_at=job.finished_at,
+        workflow_instance_id=job.workflow_instance_id,
+        activity_node_id=job.activity_node_id,
+    )
+
+
+def job_record(row: Job, **changes: Any) -> JobRecord:
+    """The record a row stores, with ``changes`` applied on top (e.g. a claim's lease)."""
+    values: dict[str, Any] = {
+        "id": row.uuid,
+        "queue": row.queue,
+        "invocation": invocation_of(row.target, row.arguments),
+        "state": JOB_STATES[row.state],
+        "created_at": row.created_at,
+        "priority": row.priority,
+        "due_at": row.due_at,
+        "worker_id": row.worker_id,
+        "lease_until": row.lease_until,
+        "attempt": row.attempt,
+        "failures": row.failures,
+        "cancel_requested": row.cancel_requested,
+        "retry": retry_of(row.retry),
+        "timeout": row.timeout,
+        "idempotency_key": row.idempotency_key,
+        "tenant_id": row.tenant_id,
+        "parent_id": row.parent_id,
+        "requeued_from": row.requeued_from,
+        "trace_parent": row.trace_parent,
+        "recurring_id": row.recurring_id,
+        "last_error": row.last_error,
+        "result": row.result,
+        "finished_at": row.finished_at,
+        "workflow_instance_id": row.workflow_instance_id,
+        "activity_node_id": row.activity_node_id,
+    }
+    values.update(changes)
+    return JobRecord(**values)
+
+
+def recurring_fields(record: RecurringRecord) -> dict[str, Any]:
+    """Every column of a recurring definition, keyed by field name."""
+    return {
+        "cron": record.cron,
+        "timezone": record.timezone,
+        "queue": record.queue,
+        "target": record.invocation.target,
+        "arguments": arguments_json(record.invocation),
+        "retry": retry_json(record.retry),
+        "priority": record.priority,
+        "tenant_id": record.tenant_id,
+        "next_fire_time": record.next_fire_time,
+        "last_fire_time": record.last_fire_time,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+    }
+
+
+def recurring_record(row: Recurring) -> RecurringRecord:
+    return RecurringRecord(
+        id=row.id,
+        cron=row.cron,
+        timezone=row.timezone,
+        queue=row.queue,
+        invocation=invocation_of(row.target, row.arguments),
+        retry=retry_of(row.retry),
+        priority=row.priority,
+        tenant_id=row.tenant_id,
+        next_fire_time=row.next_fire_time,
+        last_fire_time=row.last_fire_time,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def instance_fields(instance: WorkflowInstanceRecord, revision: int) -> dict[str, Any]:
+    """Every column of an instance but its id, stored at ``revision``."""
+    return {
+        "definition_id": instance.definition_id,
+        "definition_version": instance.definition_version,
+        "state": INSTANCE_STATE_CODES[instance.state],
+        "data": instance.data,
+        "cursor": instance.cursor,
+        "revision": revision,
+        "tenant_id": instance.tenant_id,
+        "created_at": instance.created_at,
+        "updated_at": instance.updated_at,
+    }
+
+
+def instance_record(row: WorkflowInstance) -> WorkflowInstanceRecord:
+    return WorkflowInstanceRecord(
+        id=row.id,
+        definition_id=row.definition_id,
+        definition_version=row.definition_version,
+        state=INSTANCE_STATES[row.state],
+        data=row.data,
+        cursor=row.cursor,
+        revision=row.revision,
+        tenant_id=row.tenant_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def bookmark_row(bookmark: BookmarkRecord) -> Bookmark:
+    return Bookmark(
+        id=bookmark.id,
+        instance_id=bookmark.instance_id,
+        signal_name=bookmark.signal_name,
+        correlation_id=bookmark.correlation_id,
+        payload_type=bookmark.payload_type,
+        created_at=bookmark.created_at,
+    )
+
+
+def bookmark_record(row: Bookmark) -> BookmarkRecord:
+    return BookmarkRecord(
+        id=row.id,
+        instance_id=row.instance_id,
+        signal_name=row.signal_name,
+        correlation_id=row.correlation_id,
+        payload_type=row.payload_type,
+        created_at=row.created_at,
+    )

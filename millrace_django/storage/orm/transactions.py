@@ -1,0 +1,100 @@
+"""One transaction per storage call: bounded, timed, and replayed whole on contention.
+
+A storage call never leaves a transaction open behind it. Deadlocks, serialization
+failures and inserts that lost a race for a unique key replay the *whole* transaction
+(bounded, with jittered pauses), because only a fresh transaction sees the winner's row.
+Every statement runs under the vendor's statement timeout.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, TypeVar
+
+from django.db import DatabaseError, connections, transaction
+
+from millrace_django.errors import StorageError
+
+if TYPE_CHECKING:
+    from millrace_django.storage.orm.vendors import Vendor
+
+T = TypeVar("T")
+
+DEFAULT_STATEMENT_TIMEOUT = timedelta(seconds=30)
+DEFAULT_ATTEMPTS = 5
+_FIRST_PAUSE_SECONDS = 0.005
+_LONGEST_PAUSE_SECONDS = 0.2
+
+
+class InsertConflict(Exception):
+    """An insert hit a unique index that a concurrent writer took after our look-up;
+    replaying the transaction lets the look-up see that writer's row."""
+
+
+class Transactions:
+    """Runs storage calls on one database alias."""
+
+    def __init__(
+        self,
+        alias: str,
+        vendor: Vendor,
+        *,
+        statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError("a transaction needs at least one attempt")
+        self.alias = alias
+        self.vendor = vendor
+        self.statement_timeout = statement_timeout
+        self.attempts = attempts
+
+    def write(self, work: Callable[[], T]) -> T:
+        """Run ``work`` in its own transaction, replaying it on contention.
+
+        Inside a caller's transaction (``transaction.atomic`` on the same alias) ``work``
+        runs in a savepoint instead; only lost insert races are replayed there, since a
+        deadlock belongs to the caller's whole transaction.
+        """
+        connection = connections[self.alias]
+        nested = connection.in_atomic_block
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with (
+                    self.vendor.statement_timeout(connection, self.statement_timeout),
+                    transaction.atomic(using=self.alias),
+                ):
+                    if not nested:
+                        self.vendor.begin(connection, self.statement_timeout)
+                    return work()
+            except InsertConflict as conflict:
+                if attempt == self.attempts:
+                    raise StorageError(
+                        f"inserts kept conflicting with concurrent writers ({attempt} tries)"
+                    ) from conflict
+            except DatabaseError as error:
+                if nested or attempt == self.attempts or not self.vendor.is_transient(error):
+                    raise
+            _pause(attempt)
+
+    def read(self, work: Callable[[], T]) -> T:
+        """Run read-only ``work``; in a transaction only where the vendor needs one to
+        bound its statements (readers must not take SQLite's writer lock)."""
+        connection = connections[self.alias]
+        with self.vendor.statement_timeout(connection, self.statement_timeout):
+            if not self.vendor.reads_in_transaction or connection.in_atomic_block:
+                return work()
+            with transaction.atomic(using=self.alias):
+                self.vendor.begin(connection, self.statement_timeout)
+                return work()
+
+
+def _pause(attempt: int) -> None:
+    """Full jitter: racers that collided once should not collide again in lockstep."""
+    ceiling = min(_LONGEST_PAUSE_SECONDS, _FIRST_PAUSE_SECONDS * 2**attempt)
+    time.sleep(random.uniform(0, ceiling))

@@ -1,0 +1,122 @@
+"""A worker's fenced transition and every side effect it carries, in one transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import IntegrityError
+
+from millrace_django.contract import (
+    TRANSITION_TARGETS,
+    JobState,
+    JobTransition,
+    outcome_of,
+)
+from millrace_django.errors import StorageError
+from millrace_django.models import JOB_STATE_CODES
+from millrace_django.storage.orm import history, workflows
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.hotpath import AWAITING, ENQUEUED, PROCESSING
+from millrace_django.storage.orm.inserts import insert_jobs
+from millrace_django.storage.orm.rows import bookmark_row
+
+CANCELLED = JOB_STATE_CODES[JobState.CANCELLED]
+
+
+def is_plain_success(t: JobTransition) -> bool:
+    """A success that only moves its own row (and maybe wakes its continuations): what
+    a hot path may acknowledge set-based."""
+    return (
+        t.target is JobState.SUCCEEDED
+        and t.error is None
+        and t.checkpoint is None
+        and not t.enqueue
+        and not t.bookmarks
+        and not t.cancel_continuations
+    )
+
+
+def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
+    """Apply ``t`` inside the caller's transaction. The fence is checked first (a row
+    lock on the job); anything raised afterwards rolls the whole transition back."""
+    row = (
+        ctx.jobs()
+        .select_for_update()
+        .filter(
+            uuid=t.job_id,
+            state=PROCESSING,
+            worker_id=t.expected_worker_id,
+            attempt=t.expected_attempt,
+        )
+        .only("seq", "uuid", "attempt", "failures", "worker_id")
+        .first()
+    )
+    if row is None:
+        return False
+    if t.target not in TRANSITION_TARGETS:
+        raise StorageError(f"{t.target.value!r} is not a transition target")
+    now = ctx.clock.now()
+    outcome = outcome_of(t, row.failures)
+    if outcome is not None:
+        error = t.error if t.target is not JobState.ENQUEUED else None
+        history.record(
+            ctx, [history.EndedAttempt(row.seq, row.attempt, outcome, row.worker_id, error)], now
+        )
+    ctx.jobs().filter(seq=row.seq).update(**_moved(t, now))
+    if t.checkpoint is not None:
+        workflows.checkpoint(ctx, t.checkpoint.instance, t.checkpoint.expected_revision)
+    if t.bookmarks:
+        try:
+            ctx.bookmarks().bulk_create([bookmark_row(b) for b in t.bookmarks])
+        except IntegrityError as error:
+            raise StorageError("a bookmark of this transition already exists") from error
+    if t.enqueue:
+        insert_jobs(ctx, t.enqueue)
+    if t.activate_continuations:
+        ctx.jobs().filter(parent_id=t.job_id, state=AWAITING).update(state=ENQUEUED, due_at=None)
+    if t.cancel_continuations:
+        cancel_awaiting_closure(ctx, t.job_id, now)
+    return True
+
+
+def _moved(t: JobTransition, now: datetime) -> dict[str, Any]:
+    """The job's columns after ``t``: its target state and the fields that implies."""
+    fields: dict[str, Any] = {
+        "state": JOB_STATE_CODES[t.target],
+        "worker_id": None,
+        "lease_until": None,
+        "failures": t.failures,
+    }
+    if t.error is not None:
+        fields["last_error"] = t.error
+    if t.target is JobState.FAILED:
+        if t.due_at is None:
+            raise StorageError("a failed transition needs the retry's due_at")
+        fields["due_at"] = t.due_at
+    elif t.target is JobState.ENQUEUED:
+        fields["due_at"] = None
+    else:
+        fields["finished_at"] = t.finished_at or now
+        fields["result"] = t.result if t.target is JobState.SUCCEEDED else None
+        fields["key_scope"] = None
+    return fields
+
+
+def cancel_awaiting_closure(ctx: OrmContext, parent_id: UUID, now: datetime) -> None:
+    """Cancel every ``awaiting`` descendant reachable through ``awaiting`` children; an
+    activated child shields its own subtree."""
+    frontier = [parent_id]
+    while frontier:
+        children = list(
+            ctx.jobs()
+            .select_for_update()
+            .filter(parent_id__in=frontier, state=AWAITING)
+            .values_list("uuid", flat=True)
+        )
+        if children:
+            ctx.jobs().filter(uuid__in=children).update(
+                state=CANCELLED, finished_at=now, key_scope=None
+            )
+        frontier = children

@@ -1,0 +1,184 @@
+"""Invocation capture at enqueue, and finding the job again at run time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from millrace_django.clock import FakeClock
+from millrace_django.contract import Invocation, JobQuery, JobRecord, JobState
+from millrace_django.engine import (
+    InvalidJobArguments,
+    InvalidStoredArguments,
+    JobClient,
+    UnresolvableTarget,
+    UnserializableArgument,
+    capture,
+    decode,
+    resolve,
+)
+from millrace_django.storage.memory import MemoryStorage
+from tests.unit.engine import sample_jobs
+
+
+class Color(StrEnum):
+    RED = "red"
+
+
+class FakeModel:
+    """Quacks like a Django model instance."""
+
+    _meta = object()
+    pk = 7
+
+
+def test_arguments_are_bound_to_the_signature_and_stored_as_json() -> None:
+    invocation = capture(sample_jobs.send_invoice, ("42",), {"copies": 2})
+    assert invocation == Invocation(
+        target="tests.unit.engine.sample_jobs:send_invoice", args=("42",), kwargs={"copies": 2}
+    )
+
+
+def test_keyword_arguments_for_positional_parameters_are_normalised_to_positions() -> None:
+    assert capture(sample_jobs.add, (), {"a": 1, "b": 2}).args == (1, 2)
+
+
+def test_variadic_arguments_are_captured() -> None:
+    invocation = capture(sample_jobs.spread, (1, 2, 3), {"flag": True})
+    assert invocation.args == (1, 2, 3)
+    assert invocation.kwargs == {"flag": True}
+
+
+def test_nested_json_values_are_accepted_and_copied() -> None:
+    payload: dict[str, Any] = {"items": [1, 2.5, None, True, {"name": "x"}]}
+    invocation = capture(sample_jobs.send_confirmation, (payload,), {})
+    payload["items"].append("later")
+    assert invocation.args == ({"items": [1, 2.5, None, True, {"name": "x"}]},)
+
+
+def test_arguments_that_do_not_fit_the_signature_raise_a_clear_type_error() -> None:
+    with pytest.raises(TypeError, match=r"send_confirmation\(order_id\): missing"):
+        capture(sample_jobs.send_confirmation, (), {})
+    with pytest.raises(InvalidJobArguments, match="unexpected keyword argument 'colour'"):
+        capture(sample_jobs.send_confirmation, ("1",), {"colour": "red"})
+
+
+def test_passing_context_yourself_is_refused() -> None:
+    with pytest.raises(InvalidJobArguments, match="supplied by the worker"):
+        capture(sample_jobs.with_context, ("x",), {"context": None})
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        ((1, 2), "tuple"),
+        ({1, 2}, "set"),
+        (datetime(2026, 1, 1, tzinfo=UTC), "isoformat"),
+        (date(2026, 1, 1), "date"),
+        (Decimal("1.10"), "str"),
+        (uuid4(), "UUID"),
+        (b"raw", "bytes"),
+        (float("nan"), "not valid JSON"),
+        (Color.RED, "subclass"),
+        (object(), "object"),
+        ({1: "a"}, "keys are strings"),
+        ([{"deep": (1,)}], r"tuple.*\[0\]\['deep'\]"),
+    ],
+)
+def test_values_json_would_change_are_refused_naming_the_argument(value: Any, hint: str) -> None:
+    with pytest.raises(UnserializableArgument, match=hint) as raised:
+        capture(sample_jobs.send_confirmation, (value,), {})
+    assert raised.value.argument == "order_id"
+    assert "'order_id'" in str(raised.value)
+    assert isinstance(raised.value, TypeError)
+
+
+def test_a_model_instance_gets_the_primary_key_hint() -> None:
+    with pytest.raises(UnserializableArgument, match=r"pass its primary key \(obj.pk\) instead"):
+        capture(sample_jobs.send_confirmation, (FakeModel(),), {})
+
+
+def test_variadic_arguments_are_named_in_errors() -> None:
+    with pytest.raises(UnserializableArgument, match=r"'\*rest\[1\]'"):
+        capture(sample_jobs.spread, (1, 2, {3}), {})
+    with pytest.raises(UnserializableArgument, match="'when'"):
+        capture(sample_jobs.spread, (1,), {"when": datetime(2026, 1, 1)})
+
+
+def test_a_self_containing_value_is_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(UnserializableArgument, match="contains itself"):
+        capture(sample_jobs.send_confirmation, (loop,), {})
+
+
+def test_nothing_is_written_when_validation_fails(
+    client: JobClient, storage: MemoryStorage
+) -> None:
+    with pytest.raises(UnserializableArgument):
+        sample_jobs.send_confirmation.enqueue((1, 2))
+    with pytest.raises(InvalidJobArguments):
+        sample_jobs.add.enqueue(1)
+    assert storage.query_jobs(JobQuery()).items == []
+
+
+def test_a_stored_target_resolves_to_its_job() -> None:
+    assert resolve("tests.unit.engine.sample_jobs:add") is sample_jobs.add
+
+
+def test_a_missing_module_is_unresolvable_with_a_clear_error() -> None:
+    with pytest.raises(UnresolvableTarget, match=r"cannot import module 'tests.unit.engine.gone'"):
+        resolve("tests.unit.engine.gone:add")
+
+
+def test_a_missing_function_is_unresolvable_with_a_clear_error() -> None:
+    with pytest.raises(UnresolvableTarget, match=r"has no job 'renamed'.*breaking deploy"):
+        resolve("tests.unit.engine.sample_jobs:renamed")
+
+
+def test_a_function_that_is_not_a_job_is_unresolvable() -> None:
+    with pytest.raises(UnresolvableTarget, match="not decorated with @job"):
+        resolve("tests.unit.engine.sample_jobs:not_a_job")
+
+
+@pytest.mark.parametrize("target", ["no_colon", ":name", "module:"])
+def test_a_malformed_target_is_unresolvable(target: str) -> None:
+    with pytest.raises(UnresolvableTarget, match=r"not a 'package.module:function'"):
+        resolve(target)
+
+
+def _stored(invocation: Invocation) -> JobRecord:
+    return JobRecord(
+        id=uuid4(),
+        queue="default",
+        invocation=invocation,
+        state=JobState.PROCESSING,
+        created_at=FakeClock().now(),
+    )
+
+
+def test_stored_arguments_decode_back_to_the_call() -> None:
+    invocation = capture(sample_jobs.send_invoice, ("42",), {"copies": 3})
+    assert decode(sample_jobs.send_invoice, invocation) == (["42"], {"copies": 3})
+
+
+def test_stored_arguments_that_no_longer_fit_are_undecodable() -> None:
+    invocation = Invocation(target=sample_jobs.add.target, args=(1, 2, 3))
+    with pytest.raises(InvalidStoredArguments, match=r"no longer fit.*breaking deploy"):
+        decode(sample_jobs.add, invocation)
+
+
+def test_stored_arguments_of_the_wrong_shape_are_undecodable() -> None:
+    good = capture(sample_jobs.add, (1, 2), {})
+    with pytest.raises(InvalidStoredArguments, match="not a list"):
+        decode(sample_jobs.add, replace(good, args="12"))
+    with pytest.raises(InvalidStoredArguments, match="not an object"):
+        decode(sample_jobs.add, replace(good, kwargs=[1]))  # type: ignore[arg-type]
+    with pytest.raises(InvalidStoredArguments, match="'context'"):
+        decode(sample_jobs.with_context, Invocation(target="t:t", kwargs={"context": 1}))
