@@ -9,6 +9,7 @@ features so the storage provider (:func:`tracks_key_scope`) reads the same decis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
@@ -55,7 +56,7 @@ class PartialIndex(Index):
             e for e in super().check(model, connection) if e.id not in _IGNORED_CONDITION_WARNINGS
         ]
 
-    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
         return path, args, {**kwargs, "lead": self.lead}
 
@@ -87,14 +88,25 @@ class ActiveKeyConstraint(BaseConstraint):
             )
         return UniqueConstraint(fields=["key_scope"], name=self.name)
 
-    def constraint_sql(self, model: type[Model], schema_editor: BaseDatabaseSchemaEditor) -> Any:
-        return self.variant(schema_editor.connection).constraint_sql(model, schema_editor)
+    def _on(self, schema_editor: BaseDatabaseSchemaEditor | None) -> UniqueConstraint:
+        if schema_editor is None:
+            raise ValueError(f"{self.name}: the SQL depends on the database; pass its editor")
+        return self.variant(schema_editor.connection)
 
-    def create_sql(self, model: type[Model], schema_editor: BaseDatabaseSchemaEditor) -> Any:
-        return self.variant(schema_editor.connection).create_sql(model, schema_editor)
+    def constraint_sql(
+        self, model: type[Model] | None, schema_editor: BaseDatabaseSchemaEditor | None
+    ) -> Any:
+        return self._on(schema_editor).constraint_sql(model, schema_editor)
 
-    def remove_sql(self, model: type[Model], schema_editor: BaseDatabaseSchemaEditor) -> Any:
-        return self.variant(schema_editor.connection).remove_sql(model, schema_editor)
+    def create_sql(
+        self, model: type[Model] | None, schema_editor: BaseDatabaseSchemaEditor | None
+    ) -> Any:
+        return self._on(schema_editor).create_sql(model, schema_editor)
+
+    def remove_sql(
+        self, model: type[Model] | None, schema_editor: BaseDatabaseSchemaEditor | None
+    ) -> Any:
+        return self._on(schema_editor).remove_sql(model, schema_editor)
 
     def validate(
         self, model: type[Model], instance: Model, exclude: Any = None, using: str = "default"
@@ -105,7 +117,7 @@ class ActiveKeyConstraint(BaseConstraint):
         errors = self.variant(connection).check(model, connection)
         return [e for e in errors if e.id not in _IGNORED_CONDITION_WARNINGS]
 
-    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    def deconstruct(self) -> tuple[str, Sequence[Any], dict[str, Any]]:
         path, args, kwargs = super().deconstruct()
         return path, args, {**kwargs, "active_states": self.active_states}
 

@@ -88,7 +88,7 @@ class Job(models.Model):
         max_length=64,
         null=True,
         blank=True,
-        help_text="Digest of (tenant, key) while active; see dbschema.tracks_key_scope.",
+        help_text="Digest of (tenant, key) while active; see tracks_key_scope.",
     )
     parent_id = models.UUIDField(null=True, blank=True)
     requeued_from = models.UUIDField(null=True, blank=True)
@@ -96,6 +96,7 @@ class Job(models.Model):
     recurring_id = ExactCharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    progress = models.JSONField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     workflow_instance_id = models.UUIDField(null=True, blank=True)
     activity_node_id = ExactCharField(max_length=200, null=True, blank=True)
@@ -166,6 +167,21 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.attempt} of job {self.job_id}"
+
+
+class JobLog(models.Model):
+    """A line a running job logged; the newest few per job, in the order they came."""
+
+    job = models.ForeignKey(Job, on_delete=models.DB_CASCADE, related_name="logs", db_index=False)
+    at = models.DateTimeField()
+    message = models.TextField()
+
+    class Meta:
+        db_table = "millrace_job_log"
+        indexes = [models.Index(name="millrace_log_job", fields=["job", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.message[:60]}"
 
 
 class Recurring(models.Model):

@@ -13,12 +13,14 @@ from enum import StrEnum
 from typing import TypeVar
 from uuid import UUID
 
-from millrace_django.contract.records import JSON, Invocation, RetrySpec
+from millrace_django.contract.records import JSON, Invocation, JobLogLine, RetrySpec
 from millrace_django.contract.states import InstanceState, JobState
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 ATTEMPT_HISTORY_CAP = 10
+LOG_LINE_CAP = 200
+"""Log lines kept per job: the newest ones."""
 
 
 def clamp_limit(limit: int) -> int:
@@ -166,6 +168,9 @@ class JobDetails:
     recurring_id: str | None
     last_error: str | None
     result: JSON
+    progress: JSON
+    logs: Sequence[JobLogLine]
+    """Oldest first, at most :data:`LOG_LINE_CAP` (the newest)."""
     lease_until: datetime | None
     cancel_requested: bool
     workflow_instance_id: UUID | None

@@ -34,6 +34,7 @@ from millrace_django.contract.records import (
     ClaimRequest,
     JobRecord,
     JobTransition,
+    ProgressReport,
     RecurringRecord,
     WorkflowInstanceRecord,
 )
@@ -117,6 +118,14 @@ class JobStorage(Protocol):
         :class:`~millrace_django.errors.StorageError` that :meth:`apply` would have raised
         (that transition changed nothing; the others are unaffected). Nothing raises for
         one position's sake."""
+        ...
+
+    def report_progress(self, report: ProgressReport) -> bool:
+        """Store a running job's progress and append its log lines, fenced like
+        :meth:`apply` on ``(processing, worker_id, attempt)``; a failed fence stores
+        nothing and returns ``False``. Only the newest ``LOG_LINE_CAP`` lines are kept.
+        Progress and logs outlive the run (they are history for the dashboard) and go
+        with the job when it is purged."""
         ...
 
     def try_cancel(self, job_id: UUID) -> bool:

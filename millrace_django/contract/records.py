@@ -70,9 +70,30 @@ class JobRecord:
     recurring_id: str | None = None
     last_error: str | None = None
     result: JSON = None
+    progress: JSON = None
     finished_at: datetime | None = None
     workflow_instance_id: UUID | None = None
     activity_node_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobLogLine:
+    """One line a running job logged, stamped by the engine's clock."""
+
+    at: datetime
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressReport:
+    """A running job's fenced report: its latest progress and new log lines."""
+
+    job_id: UUID
+    worker_id: str
+    attempt: int
+    progress: JSON = None
+    """Replaces the stored progress unless ``None``."""
+    logs: Sequence[JobLogLine] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.continuations import ContinuationFacts
     from millrace_django.conformance.jobs.fence import FenceFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+    from millrace_django.conformance.jobs.progress import ProgressFacts
     from millrace_django.conformance.jobs.recurring import RecurringFacts
     from millrace_django.conformance.jobs.renewal import RenewalFacts
 
@@ -34,6 +35,7 @@ def _compose() -> type:
         ActivationFacts,
         RecurringFacts,
         ResultFacts,
+        ProgressFacts,
         PurgeFacts,
         ApplyManyFacts,
     ):

@@ -159,6 +159,7 @@ class MemoryMonitoring:
         with self._store._reading() as tables:
             job = tables.jobs.get(job_id)
             attempts = dict(tables.attempts.get(job_id, {}))
+            logs = tables.logs.get(job_id, ())
         if job is None:
             return None
         return JobDetails(
@@ -172,6 +173,8 @@ class MemoryMonitoring:
             recurring_id=job.recurring_id,
             last_error=job.last_error,
             result=job.result,
+            progress=job.progress,
+            logs=logs,
             lease_until=job.lease_until,
             cancel_requested=job.cancel_requested,
             workflow_instance_id=job.workflow_instance_id,

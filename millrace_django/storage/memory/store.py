@@ -16,6 +16,7 @@ from uuid import UUID
 from millrace_django.clock import Clock
 from millrace_django.contract import (
     INSERTABLE_JOB_STATES,
+    LOG_LINE_CAP,
     PRE_ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     TRANSITION_TARGETS,
@@ -27,6 +28,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    ProgressReport,
     RecurringRecord,
     WorkflowInstanceRecord,
     oldest_kept_attempt,
@@ -252,6 +254,24 @@ class MemoryJobStore:
             for child in list(log.tables.awaiting_children(pending.pop())):
                 log.put_job(child, replace(child, state=JobState.CANCELLED, finished_at=now))
                 pending.append(child.id)
+
+    def report_progress(self, report: ProgressReport) -> bool:
+        with self._atomic() as log:
+            job = log.tables.jobs.get(report.job_id)
+            fenced = (
+                job is not None
+                and job.state is JobState.PROCESSING
+                and job.worker_id == report.worker_id
+                and job.attempt == report.attempt
+            )
+            if not fenced or job is None:
+                return False
+            if report.progress is not None:
+                log.put_job(job, replace(job, progress=report.progress))
+            if report.logs:
+                lines = log.tables.logs.get(job.id, ()) + tuple(report.logs)
+                log.set(log.tables.logs, job.id, lines[-LOG_LINE_CAP:])
+            return True
 
     # -- operator moves ------------------------------------------------------------------
 

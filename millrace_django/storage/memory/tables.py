@@ -10,6 +10,7 @@ from millrace_django.contract import (
     ACTIVE_JOB_STATES,
     BookmarkRecord,
     JobAttempt,
+    JobLogLine,
     JobRecord,
     JobState,
     RecurringRecord,
@@ -35,6 +36,7 @@ class Tables:
     jobs: dict[UUID, JobRecord] = field(default_factory=dict)
     seq: dict[UUID, int] = field(default_factory=dict)
     attempts: dict[UUID, dict[int, JobAttempt]] = field(default_factory=dict)
+    logs: dict[UUID, tuple[JobLogLine, ...]] = field(default_factory=dict)
     recurring: dict[str, RecurringRecord] = field(default_factory=dict)
     instances: dict[UUID, WorkflowInstanceRecord] = field(default_factory=dict)
     bookmarks: dict[UUID, BookmarkRecord] = field(default_factory=dict)
@@ -104,11 +106,10 @@ class UndoLog:
 
     def delete_job(self, job: JobRecord) -> None:
         self.put_job(job, None)
-        attempts = self.tables.attempts.pop(job.id, None)
+        self.set(self.tables.attempts, job.id, None)
+        self.set(self.tables.logs, job.id, None)
         seq = self.tables.seq.pop(job.id)
         self._undo.append(lambda: self.tables.seq.__setitem__(job.id, seq))
-        if attempts is not None:
-            self._undo.append(lambda: self.tables.attempts.__setitem__(job.id, attempts))
 
     def set[K, V](self, table: dict[K, V], key: K, value: V | None) -> None:
         """Set (or, with ``None``, delete) one row of a plain table."""

@@ -108,8 +108,11 @@ def _look_up_ids_and_holders(ctx: OrmContext, jobs: Sequence[JobRecord]) -> dict
 
 def _lock_parents(ctx: OrmContext, jobs: Sequence[JobRecord]) -> dict[UUID, JobState]:
     """States of the stored parents of the batch's continuations, rows locked."""
-    wanted = {job.parent_id for job in jobs if job.state is JobState.AWAITING}
-    wanted.discard(None)
+    wanted = {
+        job.parent_id
+        for job in jobs
+        if job.state is JobState.AWAITING and job.parent_id is not None
+    }
     if not wanted:
         return {}
     rows = (

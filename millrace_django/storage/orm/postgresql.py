@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
+from django.db.models import JSONField
 
 from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
@@ -31,7 +32,7 @@ def _q(name: str) -> str:
 
 _JOBS = _q(Job._meta.db_table)
 _ATTEMPTS = _q(JobAttempt._meta.db_table)
-_COLUMNS = ", ".join(f"j.{_q(f.column)}" for f in Job._meta.concrete_fields)
+_COLUMNS = ", ".join(f"j.{_q(f.column)}" for f in Job._meta.concrete_fields if f.column)
 
 # Lock the next claimable rows, remember what they were (an expired lease is recorded as
 # an interrupted attempt of its previous owner, and that job's history pruned), lease
@@ -79,6 +80,7 @@ WHERE j.uuid = done.uuid AND j.state = {processing}
   AND j.worker_id = done.worker_id AND j.attempt = done.attempt
 RETURNING j.uuid
 """
+_JSON = JSONField()
 _FIRST_ROW = "(%s::uuid, %s, %s::integer, %s::integer, %s::timestamptz, %s::jsonb)"
 _NEXT_ROW = "(%s, %s, %s, %s, %s, %s)"
 
@@ -108,7 +110,6 @@ class PostgresHotPath:
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
         now = ctx.clock.now()
         connection = connections[ctx.alias]
-        result_field = Job._meta.get_field("result")
         params: list[Any] = []
         for t in transitions:
             params += [
@@ -117,7 +118,7 @@ class PostgresHotPath:
                 t.expected_attempt,
                 t.failures,
                 t.finished_at or now,
-                result_field.get_db_prep_value(t.result, connection),
+                _JSON.get_db_prep_value(t.result, connection),
             ]
         rows = ", ".join([_FIRST_ROW] + [_NEXT_ROW] * (len(transitions) - 1))
         sql = _COMPLETE_SQL.format(
