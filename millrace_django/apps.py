@@ -9,4 +9,6 @@ class MillraceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from millrace_django import checks  # noqa: F401 - registers the system checks
+        from millrace_django import checks, wiring  # noqa: F401 - registers the system checks
+
+        wiring.install()

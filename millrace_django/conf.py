@@ -21,8 +21,8 @@ from django.dispatch import receiver
 from millrace_django.contract import RetrySpec
 from millrace_django.engine.errors import InvalidRetry
 from millrace_django.engine.retry import Retry, validate_retry
+from millrace_django.storage import PROVIDERS
 
-STORAGES = ("orm", "memory")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,8 +118,8 @@ def _queues(value: Any) -> frozenset[str]:
 
 
 def _storage(value: Any) -> str:
-    if value not in STORAGES:
-        raise ValueError(f"one of {', '.join(STORAGES)}")
+    if value not in PROVIDERS:
+        raise ValueError(f"one of {', '.join(PROVIDERS)}")
     return str(value)
 
 

@@ -52,7 +52,7 @@ TEMPLATES = [
 # the conformance kit's racer threads each open their own connection to it.
 _TEST_SUFFIX = f"{os.getpid()}"
 
-DATABASES = {
+DATABASES: dict[str, dict[str, object]] = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("MILLRACE_SQLITE_PATH", str(BASE_DIR.parent / "db.sqlite3")),

@@ -32,6 +32,7 @@ from millrace_django.contract.protocols import (
     JobStorage,
     MonitoringStorage,
     Notifier,
+    Storage,
     WakeupSubscription,
     WorkflowStorage,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "RecurringSummary",
     "RetryKind",
     "RetrySpec",
+    "Storage",
     "StorageError",
     "TenantFilter",
     "TenantScope",

@@ -245,6 +245,11 @@ class MonitoringStorage(Protocol):
 
 
 @runtime_checkable
+class Storage(JobStorage, WorkflowStorage, MonitoringStorage, Protocol):
+    """A complete provider: the three contracts over the same data."""
+
+
+@runtime_checkable
 class WakeupSubscription(Protocol):
     """A live subscription to wake-up hints for a set of queues."""
 

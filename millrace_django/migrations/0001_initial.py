@@ -94,6 +94,7 @@ class Migration(migrations.Migration):
                 ),
                 ("last_error", models.TextField(blank=True, null=True)),
                 ("result", models.JSONField(blank=True, null=True)),
+                ("progress", models.JSONField(blank=True, null=True)),
                 ("finished_at", models.DateTimeField(blank=True, null=True)),
                 ("workflow_instance_id", models.UUIDField(blank=True, null=True)),
                 (
@@ -253,6 +254,32 @@ class Migration(migrations.Migration):
                 "constraints": [
                     models.UniqueConstraint(fields=("job", "attempt"), name="millrace_attempt_once")
                 ],
+            },
+        ),
+        migrations.CreateModel(
+            name="JobLog",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                ("message", models.TextField()),
+                (
+                    "job",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DB_CASCADE,
+                        related_name="logs",
+                        to="millrace_django.job",
+                    ),
+                ),
+            ],
+            options={
+                "db_table": "millrace_job_log",
+                "indexes": [models.Index(fields=["job", "id"], name="millrace_log_job")],
             },
         ),
     ]

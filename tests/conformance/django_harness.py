@@ -15,10 +15,17 @@ from django.conf import settings
 from django.db import connections
 
 from millrace_django.clock import FakeClock
-from millrace_django.models import Bookmark, Job, JobAttempt, Recurring, WorkflowInstance
+from millrace_django.models import (
+    Bookmark,
+    Job,
+    JobAttempt,
+    JobLog,
+    Recurring,
+    WorkflowInstance,
+)
 from millrace_django.storage.orm import DjangoStorage
 
-_TABLES = (JobAttempt, Job, Recurring, WorkflowInstance, Bookmark)
+_TABLES = (JobAttempt, JobLog, Job, Recurring, WorkflowInstance, Bookmark)
 
 
 class DjangoStoreUnderTest:

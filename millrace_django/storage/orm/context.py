@@ -11,7 +11,14 @@ from django.db.models import QuerySet
 
 from millrace_django.clock import Clock
 from millrace_django.dbschema import tracks_key_scope
-from millrace_django.models import Bookmark, Job, JobAttempt, Recurring, WorkflowInstance
+from millrace_django.models import (
+    Bookmark,
+    Job,
+    JobAttempt,
+    JobLog,
+    Recurring,
+    WorkflowInstance,
+)
 from millrace_django.storage.orm.transactions import Transactions
 
 if TYPE_CHECKING:
@@ -38,6 +45,9 @@ class OrmContext:
 
     def attempts(self) -> QuerySet[JobAttempt]:
         return JobAttempt.objects.using(self.alias)
+
+    def logs(self) -> QuerySet[JobLog]:
+        return JobLog.objects.using(self.alias)
 
     def recurring(self) -> QuerySet[Recurring]:
         return Recurring.objects.using(self.alias)

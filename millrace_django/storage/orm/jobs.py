@@ -9,17 +9,20 @@ from uuid import UUID
 from django.db import IntegrityError
 
 from millrace_django.contract import (
+    LOG_LINE_CAP,
     PRE_ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     Capabilities,
     ClaimRequest,
+    JobLogLine,
     JobRecord,
     JobState,
     JobTransition,
+    ProgressReport,
     RecurringRecord,
 )
 from millrace_django.errors import StorageError
-from millrace_django.models import JOB_STATE_CODES, JOB_STATES, job_codes
+from millrace_django.models import JOB_STATE_CODES, JOB_STATES, JobLog, job_codes
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.hotpath import ENQUEUED, PROCESSING
 from millrace_django.storage.orm.inserts import insert_jobs
@@ -106,6 +109,41 @@ class OrmJobs:
                 except StorageError as error:
                     outcomes[position] = error
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def report_progress(self, report: ProgressReport) -> bool:
+        def store() -> bool:
+            row = (
+                self._ctx.jobs()
+                .select_for_update()
+                .filter(
+                    uuid=report.job_id,
+                    state=PROCESSING,
+                    worker_id=report.worker_id,
+                    attempt=report.attempt,
+                )
+                .only("seq")
+                .first()
+            )
+            if row is None:
+                return False
+            if report.progress is not None:
+                self._ctx.jobs().filter(seq=row.seq).update(progress=report.progress)
+            if report.logs:
+                self._append_logs(row.seq, report.logs)
+            return True
+
+        return self._ctx.tx.write(store)
+
+    def _append_logs(self, job_seq: int, lines: Sequence[JobLogLine]) -> None:
+        """Append, then drop what falls beyond the newest :data:`LOG_LINE_CAP` lines."""
+        logs = self._ctx.logs()
+        logs.bulk_create(
+            [JobLog(job_id=job_seq, at=line.at, message=line.message) for line in lines]
+        )
+        beyond_cap = logs.filter(job_id=job_seq).order_by("-id").values_list("id", flat=True)
+        first_dropped = beyond_cap[LOG_LINE_CAP : LOG_LINE_CAP + 1]
+        if first_dropped:
+            logs.filter(job_id=job_seq, id__lte=first_dropped[0]).delete()
 
     # -- operator moves ----------------------------------------------------------------
 

@@ -14,11 +14,13 @@ from django.db.models import Count, Model, OuterRef, Q, QuerySet, Subquery
 
 from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
+    LOG_LINE_CAP,
     InstanceQuery,
     InstanceState,
     InstanceSummary,
     JobAttempt,
     JobDetails,
+    JobLogLine,
     JobQuery,
     JobState,
     JobStatistics,
@@ -184,23 +186,31 @@ class OrmMonitoring:
         )
 
     def get_job_details(self, job_id: UUID) -> JobDetails | None:
-        def read() -> tuple[Job | None, list[JobAttempt]]:
+        def read() -> tuple[Job | None, list[JobAttempt], list[JobLogLine]]:
             row = self._ctx.jobs().filter(uuid=job_id).first()
             if row is None:
-                return None, []
+                return None, [], []
             attempts = self._ctx.attempts().filter(job_id=row.seq).order_by("-attempt")
-            return row, [
-                JobAttempt(
-                    attempt=a.attempt,
-                    outcome=ATTEMPT_OUTCOMES[a.outcome],
-                    recorded_at=a.recorded_at,
-                    worker_id=a.worker_id,
-                    error=a.error,
-                )
-                for a in attempts[:ATTEMPT_HISTORY_CAP]
-            ]
+            newest_logs = self._ctx.logs().filter(job_id=row.seq).order_by("-id")
+            return (
+                row,
+                [
+                    JobAttempt(
+                        attempt=a.attempt,
+                        outcome=ATTEMPT_OUTCOMES[a.outcome],
+                        recorded_at=a.recorded_at,
+                        worker_id=a.worker_id,
+                        error=a.error,
+                    )
+                    for a in attempts[:ATTEMPT_HISTORY_CAP]
+                ],
+                [
+                    JobLogLine(at=line.at, message=line.message)
+                    for line in reversed(newest_logs[:LOG_LINE_CAP])
+                ],
+            )
 
-        row, attempts = self._ctx.tx.read(read)
+        row, attempts, logs = self._ctx.tx.read(read)
         if row is None:
             return None
         return JobDetails(
@@ -214,6 +224,8 @@ class OrmMonitoring:
             recurring_id=row.recurring_id,
             last_error=row.last_error,
             result=row.result,
+            progress=row.progress,
+            logs=logs,
             lease_until=row.lease_until,
             cancel_requested=row.cancel_requested,
             workflow_instance_id=row.workflow_instance_id,

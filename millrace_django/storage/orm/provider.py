@@ -24,6 +24,7 @@ from millrace_django.contract import (
     JobSummary,
     JobTransition,
     Page,
+    ProgressReport,
     RecurringQuery,
     RecurringRecord,
     RecurringSummary,
@@ -107,6 +108,9 @@ class DjangoStorage:
 
     def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
         return self._jobs.apply_many(transitions)
+
+    def report_progress(self, report: ProgressReport) -> bool:
+        return self._jobs.report_progress(report)
 
     def try_cancel(self, job_id: UUID) -> bool:
         return self._jobs.try_cancel(job_id)

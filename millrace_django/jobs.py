@@ -1,0 +1,55 @@
+"""Job management through the configured client: ``from millrace_django import jobs``.
+
+Thin functions over :class:`~millrace_django.engine.client.JobClient`, so application
+code never wires storage itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from millrace_django.engine.client import Batch
+from millrace_django.engine.current import default_client
+from millrace_django.engine.registry import JobLike
+
+
+def continue_with(parent_id: UUID, job: JobLike, /, *args: Any, **kwargs: Any) -> UUID:
+    """Run ``job`` after ``parent_id`` succeeds; cancelled if the parent dies."""
+    return default_client().continue_with(parent_id, job, *args, **kwargs)
+
+
+def batch() -> Batch:
+    """``with jobs.batch() as b: b.enqueue(...)``: all jobs are stored together or none."""
+    return default_client().batch()
+
+
+def upsert_recurring(recurring_id: str, job: JobLike, /, **options: Any) -> None:
+    """Create or update a cron definition (``cron=``, ``timezone=``, ``queue=``,
+    ``priority=``, ``retry=``, ``args=``, ``kwargs=``); redeploying the same cron keeps
+    its schedule."""
+    default_client().upsert_recurring(recurring_id, job, **options)
+
+
+def remove_recurring(recurring_id: str) -> bool:
+    return default_client().remove_recurring(recurring_id)
+
+
+def trigger_recurring(recurring_id: str) -> bool:
+    """Enqueue one extra occurrence now; the schedule is untouched."""
+    return default_client().trigger_recurring(recurring_id)
+
+
+def cancel(job_id: UUID) -> bool:
+    """Cancel a waiting job, or ask a running one to stop."""
+    return default_client().cancel(job_id)
+
+
+def run_now(job_id: UUID) -> bool:
+    """Retry a failed job now instead of at its backoff time."""
+    return default_client().run_now(job_id)
+
+
+def requeue(job_id: UUID) -> UUID | None:
+    """Run a finished job again as a new job; ``None`` if the job is unknown."""
+    return default_client().requeue(job_id)
