@@ -13,7 +13,9 @@ from millrace_django.conf import InvalidSettings, parse_settings
 
 
 @register("millrace")
-def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     try:
         parse_settings(getattr(settings, "MILLRACE", None), settings.DATABASES.keys())
     except InvalidSettings as invalid:

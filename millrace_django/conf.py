@@ -24,7 +24,6 @@ from millrace_django.engine.retry import Retry, validate_retry
 from millrace_django.storage import PROVIDERS
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MillraceSettings:
     """Validated settings; see ``docs/configuration.md`` for each one."""
