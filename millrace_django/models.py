@@ -20,31 +20,46 @@ from millrace_django.contract import (
 )
 from millrace_django.dbschema import ActiveKeyConstraint, ExactCharField, PartialIndex
 
-JOB_STATE_CODES: dict[JobState, int] = {
-    JobState.SCHEDULED: 0,
-    JobState.ENQUEUED: 1,
-    JobState.PROCESSING: 2,
-    JobState.SUCCEEDED: 3,
-    JobState.FAILED: 4,
-    JobState.DEAD: 5,
-    JobState.CANCELLED: 6,
-    JobState.AWAITING: 7,
-}
-JOB_STATES: dict[int, JobState] = {code: state for state, code in JOB_STATE_CODES.items()}
 
+class JobStateCode(models.IntegerChoices):
+    """How each :class:`~millrace_django.contract.JobState` is stored."""
+
+    SCHEDULED = 0, JobState.SCHEDULED.value
+    ENQUEUED = 1, JobState.ENQUEUED.value
+    PROCESSING = 2, JobState.PROCESSING.value
+    SUCCEEDED = 3, JobState.SUCCEEDED.value
+    FAILED = 4, JobState.FAILED.value
+    DEAD = 5, JobState.DEAD.value
+    CANCELLED = 6, JobState.CANCELLED.value
+    AWAITING = 7, JobState.AWAITING.value
+
+
+class InstanceStateCode(models.IntegerChoices):
+    """How each :class:`~millrace_django.contract.InstanceState` is stored."""
+
+    RUNNING = 0, InstanceState.RUNNING.value
+    SUSPENDED = 1, InstanceState.SUSPENDED.value
+    COMPLETED = 2, InstanceState.COMPLETED.value
+    FAILED = 3, InstanceState.FAILED.value
+    COMPENSATED = 4, InstanceState.COMPENSATED.value
+    CANCELLED = 5, InstanceState.CANCELLED.value
+
+
+class AttemptOutcomeCode(models.IntegerChoices):
+    """How each :class:`~millrace_django.contract.AttemptOutcome` is stored."""
+
+    FAILED = 0, AttemptOutcome.FAILED.value
+    INTERRUPTED = 1, AttemptOutcome.INTERRUPTED.value
+
+
+JOB_STATE_CODES: dict[JobState, int] = {JobState(c.label): c.value for c in JobStateCode}
+JOB_STATES: dict[int, JobState] = {code: state for state, code in JOB_STATE_CODES.items()}
 INSTANCE_STATE_CODES: dict[InstanceState, int] = {
-    InstanceState.RUNNING: 0,
-    InstanceState.SUSPENDED: 1,
-    InstanceState.COMPLETED: 2,
-    InstanceState.FAILED: 3,
-    InstanceState.COMPENSATED: 4,
-    InstanceState.CANCELLED: 5,
+    InstanceState(c.label): c.value for c in InstanceStateCode
 }
 INSTANCE_STATES: dict[int, InstanceState] = {c: s for s, c in INSTANCE_STATE_CODES.items()}
-
 ATTEMPT_OUTCOME_CODES: dict[AttemptOutcome, int] = {
-    AttemptOutcome.FAILED: 0,
-    AttemptOutcome.INTERRUPTED: 1,
+    AttemptOutcome(c.label): c.value for c in AttemptOutcomeCode
 }
 ATTEMPT_OUTCOMES: dict[int, AttemptOutcome] = {c: o for o, c in ATTEMPT_OUTCOME_CODES.items()}
 
@@ -58,7 +73,6 @@ _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
 _READY = job_codes({JobState.ENQUEUED, JobState.PROCESSING})
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
-_AWAITING = JOB_STATE_CODES[JobState.AWAITING]
 
 
 class Job(models.Model):
@@ -67,9 +81,7 @@ class Job(models.Model):
     seq = models.BigAutoField(primary_key=True)
     uuid = models.UUIDField(unique=True)
     queue = ExactCharField(max_length=200)
-    state = models.PositiveSmallIntegerField(
-        choices=[(code, state.value) for state, code in JOB_STATE_CODES.items()]
-    )
+    state = models.PositiveSmallIntegerField(choices=JobStateCode.choices)
     priority = models.IntegerField(default=0)
     target = models.CharField(max_length=500)
     arguments = models.JSONField(help_text="{'args': [...], 'kwargs': {...}}")
@@ -119,7 +131,7 @@ class Job(models.Model):
             PartialIndex(
                 name="millrace_job_awaiting",
                 fields=["parent_id"],
-                condition=Q(state=_AWAITING),
+                condition=Q(state=JobStateCode.AWAITING),
                 lead=["state"],
             ),
             PartialIndex(
@@ -152,9 +164,7 @@ class JobAttempt(models.Model):
         Job, on_delete=models.DB_CASCADE, related_name="attempts", db_index=False
     )
     attempt = models.IntegerField()
-    outcome = models.PositiveSmallIntegerField(
-        choices=[(code, outcome.value) for outcome, code in ATTEMPT_OUTCOME_CODES.items()]
-    )
+    outcome = models.PositiveSmallIntegerField(choices=AttemptOutcomeCode.choices)
     recorded_at = models.DateTimeField()
     worker_id = ExactCharField(max_length=200, null=True, blank=True)
     error = models.TextField(null=True, blank=True)
@@ -215,9 +225,7 @@ class WorkflowInstance(models.Model):
     id = models.UUIDField(primary_key=True)
     definition_id = ExactCharField(max_length=200)
     definition_version = models.IntegerField()
-    state = models.PositiveSmallIntegerField(
-        choices=[(code, state.value) for state, code in INSTANCE_STATE_CODES.items()]
-    )
+    state = models.PositiveSmallIntegerField(choices=InstanceStateCode.choices)
     data = models.JSONField(null=True, blank=True)
     cursor = models.JSONField(null=True, blank=True)
     revision = models.BigIntegerField(default=1)

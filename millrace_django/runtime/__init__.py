@@ -1,1 +1,37 @@
-"""L2, the runtime: worker pool, scheduler, wake-ups, shutdown. Receives a provider."""
+"""L2, the runtime: worker pool, scheduler, wake-ups, shutdown. Receives a provider.
+
+Nothing here imports Django or chooses a provider: the edge (management commands)
+builds a storage, a clock and settings, passes them in, and injects its connection
+hygiene through :class:`Hooks`.
+"""
+
+from millrace_django.runtime.config import RuntimeSettings, SchedulerConfig, WorkerConfig
+from millrace_django.runtime.execution import Outcome, run_claimed
+from millrace_django.runtime.hooks import Hooks
+from millrace_django.runtime.scheduler import (
+    Scheduler,
+    SchedulerPass,
+    activate_due,
+    fire_due_recurring,
+    purge_finished,
+)
+from millrace_django.runtime.shutdown import handle_stop_signals
+from millrace_django.runtime.worker import Worker, WorkerStats, default_worker_id
+
+__all__ = [
+    "Hooks",
+    "Outcome",
+    "RuntimeSettings",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerPass",
+    "Worker",
+    "WorkerConfig",
+    "WorkerStats",
+    "activate_due",
+    "default_worker_id",
+    "fire_due_recurring",
+    "handle_stop_signals",
+    "purge_finished",
+    "run_claimed",
+]

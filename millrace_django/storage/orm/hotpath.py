@@ -21,15 +21,10 @@ from millrace_django.contract import (
     JobState,
     JobTransition,
 )
-from millrace_django.models import JOB_STATE_CODES
+from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.rows import job_record
-
-PROCESSING = JOB_STATE_CODES[JobState.PROCESSING]
-ENQUEUED = JOB_STATE_CODES[JobState.ENQUEUED]
-SUCCEEDED = JOB_STATE_CODES[JobState.SUCCEEDED]
-AWAITING = JOB_STATE_CODES[JobState.AWAITING]
 
 
 class HotPath(Protocol):
@@ -45,7 +40,7 @@ class HotPath(Protocol):
 
 def claimable(now: Any) -> Q:
     """Enqueued, or processing under a lease that has run out by ``now``."""
-    return Q(state=ENQUEUED) | Q(state=PROCESSING, lease_until__lte=now)
+    return Q(state=Code.ENQUEUED) | Q(state=Code.PROCESSING, lease_until__lte=now)
 
 
 class OrmHotPath:
@@ -71,13 +66,13 @@ class OrmHotPath:
                     row.seq, row.attempt, AttemptOutcome.INTERRUPTED, row.worker_id
                 )
                 for row in rows
-                if row.state == PROCESSING
+                if row.state == Code.PROCESSING
             ],
             now,
         )
         until = now + request.lease
         ctx.jobs().filter(seq__in=[row.seq for row in rows]).update(
-            state=PROCESSING,
+            state=Code.PROCESSING,
             worker_id=request.worker_id,
             lease_until=until,
             attempt=F("attempt") + 1,
@@ -105,13 +100,13 @@ class OrmHotPath:
         matched = dict(
             ctx.jobs()
             .select_for_update()
-            .filter(fence, state=PROCESSING)
+            .filter(fence, state=Code.PROCESSING)
             .values_list("uuid", "seq")
         )
         won = {matched[t.job_id]: t for t in transitions if t.job_id in matched}
         if won:
             ctx.jobs().filter(seq__in=list(won)).update(
-                state=SUCCEEDED,
+                state=Code.SUCCEEDED,
                 worker_id=None,
                 lease_until=None,
                 key_scope=None,
@@ -121,8 +116,8 @@ class OrmHotPath:
             )
             parents = [t.job_id for t in won.values() if t.activate_continuations]
             if parents:
-                ctx.jobs().filter(parent_id__in=parents, state=AWAITING).update(
-                    state=ENQUEUED, due_at=None
+                ctx.jobs().filter(parent_id__in=parents, state=Code.AWAITING).update(
+                    state=Code.ENQUEUED, due_at=None
                 )
         return [t.job_id in matched for t in transitions]
 

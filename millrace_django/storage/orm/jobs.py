@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -22,20 +23,18 @@ from millrace_django.contract import (
     RecurringRecord,
 )
 from millrace_django.errors import StorageError
-from millrace_django.models import JOB_STATE_CODES, JOB_STATES, JobLog, job_codes
+from millrace_django.models import JOB_STATES, JobLog, job_codes
+from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.hotpath import ENQUEUED, PROCESSING
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
 from millrace_django.storage.orm.transactions import InsertConflict
 from millrace_django.storage.orm.transitions import (
-    CANCELLED,
     apply_transition,
     cancel_awaiting_closure,
     is_plain_success,
 )
 
-FAILED = JOB_STATE_CODES[JobState.FAILED]
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
 
@@ -71,7 +70,7 @@ class OrmJobs:
             held = list(
                 self._ctx.jobs()
                 .select_for_update()
-                .filter(uuid__in=list(ids), state=PROCESSING, worker_id=worker_id)
+                .filter(uuid__in=list(ids), state=Code.PROCESSING, worker_id=worker_id)
                 .values_list("seq", "uuid", "cancel_requested")
             )
             if held:
@@ -89,13 +88,15 @@ class OrmJobs:
         return self._ctx.tx.write(lambda: apply_transition(self._ctx, transition))
 
     def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
-        """Plain successes of distinct jobs are acknowledged together by the hot path;
-        every other transition gets its own transaction, afterwards."""
+        """Plain successes are acknowledged together by the hot path; every other
+        transition (and any job named twice) gets its own transaction, afterwards."""
         outcomes: list[bool | StorageError | None] = [None] * len(transitions)
-        batched: dict[UUID, int] = {}
-        for position, t in enumerate(transitions):
-            if is_plain_success(t) and t.job_id not in batched:
-                batched[t.job_id] = position
+        named = Counter(t.job_id for t in transitions)
+        batched = {
+            t.job_id: position
+            for position, t in enumerate(transitions)
+            if is_plain_success(t) and named[t.job_id] == 1
+        }
         if batched:
             plain = [transitions[p] for p in batched.values()]
             hot_path = self._ctx.vendor.hot_path
@@ -117,7 +118,7 @@ class OrmJobs:
                 .select_for_update()
                 .filter(
                     uuid=report.job_id,
-                    state=PROCESSING,
+                    state=Code.PROCESSING,
                     worker_id=report.worker_id,
                     attempt=report.attempt,
                 )
@@ -166,7 +167,7 @@ class OrmJobs:
                 return False
             now = self._ctx.clock.now()
             self._ctx.jobs().filter(seq=row.seq).update(
-                state=CANCELLED, finished_at=now, key_scope=None
+                state=Code.CANCELLED, finished_at=now, key_scope=None
             )
             cancel_awaiting_closure(self._ctx, job_id, now)
             return True
@@ -177,8 +178,8 @@ class OrmJobs:
         moved = self._ctx.tx.write(
             lambda: (
                 self._ctx.jobs()
-                .filter(uuid=job_id, state=FAILED)
-                .update(state=ENQUEUED, due_at=None)
+                .filter(uuid=job_id, state=Code.FAILED)
+                .update(state=Code.ENQUEUED, due_at=None)
             )
         )
         return moved > 0
@@ -201,7 +202,7 @@ class OrmJobs:
             )
             if not due:
                 return 0
-            return self._ctx.jobs().filter(seq__in=due).update(state=ENQUEUED, due_at=None)
+            return self._ctx.jobs().filter(seq__in=due).update(state=Code.ENQUEUED, due_at=None)
 
         return self._ctx.tx.write(activate)
 

@@ -46,8 +46,8 @@ from millrace_django.models import (
     Recurring,
     WorkflowInstance,
 )
+from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.hotpath import ENQUEUED
 from millrace_django.storage.orm.rows import invocation_of, retry_of
 
 _SUMMARY_FIELDS = (
@@ -139,7 +139,7 @@ class OrmMonitoring:
         jobs_by_state = dict.fromkeys(JobState, 0)
         for code, n in ctx.jobs().filter(scope).values_list("state").annotate(n=Count("seq")):
             jobs_by_state[JOB_STATES[code]] = n
-        enqueued = ctx.jobs().filter(scope, state=ENQUEUED).values_list("queue")
+        enqueued = ctx.jobs().filter(scope, state=Code.ENQUEUED).values_list("queue")
         instances_by_state = dict.fromkeys(InstanceState, 0)
         per_state = ctx.instances().filter(scope).values_list("state").annotate(n=Count("id"))
         for code, n in per_state:

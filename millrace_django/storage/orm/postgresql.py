@@ -15,14 +15,13 @@ from django.db.models import JSONField
 
 from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
-    AttemptOutcome,
     ClaimRequest,
     JobRecord,
     JobTransition,
 )
-from millrace_django.models import ATTEMPT_OUTCOME_CODES, Job, JobAttempt
+from millrace_django.models import AttemptOutcomeCode, Job, JobAttempt
+from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.hotpath import AWAITING, ENQUEUED, PROCESSING, SUCCEEDED
 from millrace_django.storage.orm.rows import job_record
 
 
@@ -37,33 +36,33 @@ _COLUMNS = ", ".join(f"j.{_q(f.column)}" for f in Job._meta.concrete_fields if f
 # Lock the next claimable rows, remember what they were (an expired lease is recorded as
 # an interrupted attempt of its previous owner, and that job's history pruned), lease
 # them. All CTEs see one snapshot; RETURNING order is unspecified, hence the ORDER BY.
-CLAIM_SQL = f"""
+_CLAIM_SQL = f"""
 WITH picked AS (
     SELECT seq, state AS prior_state, attempt AS prior_attempt, worker_id AS prior_worker
     FROM {_JOBS}
     WHERE queue = ANY(%(queues)s)
-      AND (state = {ENQUEUED} OR (state = {PROCESSING} AND lease_until <= %(now)s))
+      AND (state = {Code.ENQUEUED} OR (state = {Code.PROCESSING} AND lease_until <= %(now)s))
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), leased AS (
     UPDATE {_JOBS} AS j
-    SET state = {PROCESSING}, worker_id = %(worker)s, lease_until = %(until)s,
+    SET state = {Code.PROCESSING}, worker_id = %(worker)s, lease_until = %(until)s,
         attempt = j.attempt + 1
     FROM picked
     WHERE j.seq = picked.seq
     RETURNING {_COLUMNS}
 ), interrupted AS (
     INSERT INTO {_ATTEMPTS} (job_id, attempt, outcome, recorded_at, worker_id, error)
-    SELECT seq, prior_attempt, {ATTEMPT_OUTCOME_CODES[AttemptOutcome.INTERRUPTED]}, %(now)s,
+    SELECT seq, prior_attempt, {AttemptOutcomeCode.INTERRUPTED}, %(now)s,
            prior_worker, NULL
     FROM picked
-    WHERE prior_state = {PROCESSING}
+    WHERE prior_state = {Code.PROCESSING}
     ON CONFLICT (job_id, attempt) DO NOTHING
 ), pruned AS (
     DELETE FROM {_ATTEMPTS} AS a
     USING picked
-    WHERE picked.prior_state = {PROCESSING} AND a.job_id = picked.seq
+    WHERE picked.prior_state = {Code.PROCESSING} AND a.job_id = picked.seq
       AND a.attempt < picked.prior_attempt - {ATTEMPT_HISTORY_CAP - 1}
 )
 SELECT * FROM leased ORDER BY priority DESC, seq
@@ -87,8 +86,8 @@ _NEXT_ROW = "(%s, %s, %s, %s, %s, %s)"
 # A separate statement, so it sees continuations committed while the UPDATE above
 # waited for their parent's row lock.
 _WAKE_SQL = f"""
-UPDATE {_JOBS} SET state = {ENQUEUED}, due_at = NULL
-WHERE parent_id = ANY(%s) AND state = {AWAITING}
+UPDATE {_JOBS} SET state = {Code.ENQUEUED}, due_at = NULL
+WHERE parent_id = ANY(%s) AND state = {Code.AWAITING}
 """
 
 
@@ -104,7 +103,7 @@ class PostgresHotPath:
             "worker": request.worker_id,
             "until": now + request.lease,
         }
-        rows = Job.objects.using(ctx.alias).raw(CLAIM_SQL, params)
+        rows = Job.objects.using(ctx.alias).raw(_CLAIM_SQL, params)
         return [job_record(row) for row in rows]
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
@@ -122,7 +121,7 @@ class PostgresHotPath:
             ]
         rows = ", ".join([_FIRST_ROW] + [_NEXT_ROW] * (len(transitions) - 1))
         sql = _COMPLETE_SQL.format(
-            jobs=_JOBS, succeeded=SUCCEEDED, processing=PROCESSING, rows=rows
+            jobs=_JOBS, succeeded=Code.SUCCEEDED, processing=Code.PROCESSING, rows=rows
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

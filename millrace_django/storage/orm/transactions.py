@@ -56,8 +56,9 @@ class Transactions:
         """Run ``work`` in its own transaction, replaying it on contention.
 
         Inside a caller's transaction (``transaction.atomic`` on the same alias) ``work``
-        runs in a savepoint instead; only lost insert races are replayed there, since a
-        deadlock belongs to the caller's whole transaction.
+        runs in a savepoint instead: only lost insert races are replayed there, since a
+        deadlock belongs to the caller's whole transaction, and per-transaction settings
+        (PostgreSQL's statement timeout) stay the caller's.
         """
         connection = connections[self.alias]
         nested = connection.in_atomic_block

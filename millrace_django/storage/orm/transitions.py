@@ -16,13 +16,11 @@ from millrace_django.contract import (
 )
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATE_CODES
+from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, workflows
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.hotpath import AWAITING, ENQUEUED, PROCESSING
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import bookmark_row
-
-CANCELLED = JOB_STATE_CODES[JobState.CANCELLED]
 
 
 def is_plain_success(t: JobTransition) -> bool:
@@ -46,7 +44,7 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
         .select_for_update()
         .filter(
             uuid=t.job_id,
-            state=PROCESSING,
+            state=Code.PROCESSING,
             worker_id=t.expected_worker_id,
             attempt=t.expected_attempt,
         )
@@ -75,7 +73,9 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
     if t.enqueue:
         insert_jobs(ctx, t.enqueue)
     if t.activate_continuations:
-        ctx.jobs().filter(parent_id=t.job_id, state=AWAITING).update(state=ENQUEUED, due_at=None)
+        ctx.jobs().filter(parent_id=t.job_id, state=Code.AWAITING).update(
+            state=Code.ENQUEUED, due_at=None
+        )
     if t.cancel_continuations:
         cancel_awaiting_closure(ctx, t.job_id, now)
     return True
@@ -112,11 +112,11 @@ def cancel_awaiting_closure(ctx: OrmContext, parent_id: UUID, now: datetime) -> 
         children = list(
             ctx.jobs()
             .select_for_update()
-            .filter(parent_id__in=frontier, state=AWAITING)
+            .filter(parent_id__in=frontier, state=Code.AWAITING)
             .values_list("uuid", flat=True)
         )
         if children:
             ctx.jobs().filter(uuid__in=children).update(
-                state=CANCELLED, finished_at=now, key_scope=None
+                state=Code.CANCELLED, finished_at=now, key_scope=None
             )
         frontier = children

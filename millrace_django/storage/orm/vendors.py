@@ -28,8 +28,8 @@ class Vendor:
     reads_in_transaction: ClassVar[bool] = False
     """Whether reads need a transaction for their statements to be bounded."""
 
-    def __init__(self) -> None:
-        self.hot_path: HotPath = OrmHotPath()
+    hot_path: ClassVar[HotPath] = OrmHotPath()
+    """The claim and acknowledgement statements (stateless)."""
 
     def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
         """Why this alias's settings would break the provider's guarantees, if they do."""
@@ -59,8 +59,7 @@ class PostgreSQL(Vendor):
     reads_in_transaction = True
     _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock
 
-    def __init__(self) -> None:
-        self.hot_path = PostgresHotPath()
+    hot_path = PostgresHotPath()
 
     def begin(self, connection: BaseDatabaseWrapper, timeout: timedelta) -> None:
         milliseconds = max(1, int(timeout.total_seconds() * 1000))
@@ -78,17 +77,13 @@ class SQLite(Vendor):
     progress handler."""
 
     def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
-        problems = []
-        options = settings.get("OPTIONS", {})
-        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
-            problems.append(
+        mode = settings.get("OPTIONS", {}).get("transaction_mode")
+        if str(mode).upper() != "IMMEDIATE":
+            return [
                 'OPTIONS["transaction_mode"] must be "IMMEDIATE": deferred transactions '
                 "deadlock when concurrent readers upgrade to writers"
-            )
-        name = str(settings.get("NAME", ""))
-        if name == ":memory:" or "mode=memory" in name:
-            problems.append("an in-memory SQLite database is private to one connection")
-        return problems
+            ]
+        return []
 
     @contextmanager
     def statement_timeout(

@@ -1,0 +1,122 @@
+"""The one path from a claimed job to the transition that ends its attempt.
+
+The worker (on its threads) and the test runner (on the caller's thread) both call
+:func:`run_claimed`, so a job ends the same way under both: the engine's outcome rules
+decide, this module only sequences them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from millrace_django.clock import Clock
+from millrace_django.contract import (
+    JobLogLine,
+    JobRecord,
+    JobStorage,
+    JobTransition,
+    ProgressReport,
+)
+from millrace_django.engine import (
+    EngineConfig,
+    JobContext,
+    UnrunnableJob,
+    lookup,
+    outcomes,
+    prepare,
+    run_handler,
+)
+from millrace_django.engine.outcomes import Observers
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended: the transition to write (``None``: write nothing, another
+    worker owns the job) and the exception the job raised, if any."""
+
+    transition: JobTransition | None
+    error: BaseException | None = None
+
+
+def run_claimed(
+    job: JobRecord,
+    context: JobContext,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Outcome:
+    """Decide, run if allowed, and return the outcome of one claimed job.
+
+    A job that cannot start (target gone, arguments no longer fit) is dead at once. A
+    cancel request or a poison pill ends it without running. Once ``context`` has been
+    cancelled, the reason decides, whatever the function returned or raised: a job told
+    to stop may have stopped half-way. ``KeyboardInterrupt`` propagates; every other
+    exception, ``SystemExit`` included, is the job's failure.
+    """
+    try:
+        prepared = prepare(job)
+    except UnrunnableJob as error:
+        verdict = outcomes.before_run(job, clock=clock, config=config)
+        return Outcome(verdict or outcomes.unrunnable(job, error, clock=clock, config=config))
+    observers = prepared.definition.failure_observers
+    verdict = outcomes.before_run(job, clock=clock, config=config, observers=observers)
+    if verdict is not None:
+        return Outcome(verdict)
+    if context.cancel_reason is not None:
+        return Outcome(cancellation_outcome(job, context, clock=clock, config=config))
+    try:
+        result = run_handler(prepared, context, loop=loop)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:
+        if context.cancel_reason is not None:
+            return Outcome(cancellation_outcome(job, context, clock=clock, config=config), error)
+        failure = outcomes.failed(job, error, clock=clock, config=config, observers=observers)
+        return Outcome(failure, error)
+    if context.cancel_reason is not None:
+        return Outcome(cancellation_outcome(job, context, clock=clock, config=config))
+    return Outcome(outcomes.succeeded(job, result, clock=clock, config=config, observers=observers))
+
+
+def cancellation_outcome(
+    job: JobRecord, context: JobContext, *, clock: Clock, config: EngineConfig
+) -> JobTransition | None:
+    """What a cancelled attempt writes, by the reason its cancellation fired."""
+    reason = context.cancel_reason
+    if reason is None:
+        raise ValueError(f"job {job.id} was not cancelled")
+    return outcomes.after_cancellation(
+        job, reason, clock=clock, config=config, observers=observers_of(job)
+    )
+
+
+def observers_of(job: JobRecord) -> Observers:
+    """The failure observers of ``job``'s definition, if it is registered here."""
+    definition = lookup(job.invocation.target)
+    return definition.failure_observers if definition is not None else ()
+
+
+def progress_report(job: JobRecord, context: JobContext) -> ProgressReport | None:
+    """The progress and log lines buffered since the last report, fenced by the claim;
+    ``None`` when there is nothing new."""
+    report = context.take_report()
+    if report.progress is None and not report.logs:
+        return None
+    if job.worker_id is None:
+        raise ValueError(f"job {job.id} is not claimed")
+    return ProgressReport(
+        job_id=job.id,
+        worker_id=job.worker_id,
+        attempt=job.attempt,
+        progress=report.progress,
+        logs=tuple(JobLogLine(at=line.at, message=line.message) for line in report.logs),
+    )
+
+
+def flush_progress(storage: JobStorage, job: JobRecord, context: JobContext) -> bool | None:
+    """Write what ``context`` buffered; ``None`` if nothing was, ``False`` if the fence
+    was lost (the claim is no longer ours)."""
+    report = progress_report(job, context)
+    return None if report is None else storage.report_progress(report)

@@ -1,0 +1,161 @@
+"""The scheduler: make due jobs claimable, fire due cron occurrences, purge old jobs.
+
+Run it on every node at once: there is no leader. Each due job is activated exactly once
+and each cron occurrence fires exactly once because the storage makes those moves
+atomic (a lost compare-and-set is a normal ``False``). A pass that fails is logged and
+the next one starts afresh. The module-level steps are shared with the test runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from millrace_django.clock import Clock
+from millrace_django.contract import JobStorage, RecurringRecord
+from millrace_django.engine import InvalidCron
+from millrace_django.engine.recurring import following_fire_time, occurrence
+from millrace_django.runtime.config import SchedulerConfig, check_scheduler_config
+from millrace_django.runtime.hooks import Hooks
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCHES = 10
+"""Storage calls per step and pass; a larger backlog drains over the following passes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerPass:
+    """What one pass did."""
+
+    activated: int = 0
+    fired: int = 0
+    purged: int = 0
+
+
+def activate_due(storage: JobStorage, now: datetime, batch: int) -> int:
+    """Move due scheduled jobs and due retries to ``enqueued``; returns how many."""
+
+    def step() -> tuple[int, int]:
+        count = storage.activate_due(now, batch)
+        return count, count
+
+    return _in_batches(step, batch)
+
+
+def fire_due_recurring(storage: JobStorage, clock: Clock, now: datetime, batch: int) -> int:
+    """Fire each recurring definition due at ``now`` once; returns how many this caller
+    fired (a definition another node fired first is not counted).
+
+    Missed occurrences collapse into one fire, and the next fire time is computed from
+    ``now``. A stored cron that no longer parses is logged and skipped.
+    """
+
+    def step() -> tuple[int, int]:
+        due = storage.get_due_recurring(now, batch)
+        return len(due), sum(_fire(storage, clock, record, now) for record in due)
+
+    return _in_batches(step, batch)
+
+
+def purge_finished(storage: JobStorage, before: datetime, batch: int) -> int:
+    """Delete jobs that finished before ``before``; returns how many."""
+
+    def step() -> tuple[int, int]:
+        count = storage.purge_finished(before, batch)
+        return count, count
+
+    return _in_batches(step, batch)
+
+
+def _fire(storage: JobStorage, clock: Clock, record: RecurringRecord, now: datetime) -> bool:
+    try:
+        following = following_fire_time(record, now)
+    except InvalidCron as error:
+        logger.error("recurring %r has an invalid stored cron; skipped: %s", record.id, error)
+        return False
+    fired = storage.try_fire_recurring(
+        record.id, record.next_fire_time, following, occurrence(record, clock)
+    )
+    if not fired:
+        logger.debug("recurring %r was fired elsewhere first", record.id)
+    return fired
+
+
+def _in_batches(step: Callable[[], tuple[int, int]], batch: int) -> int:
+    """Repeat ``step`` (returning how many rows it saw and how many it acted on) while
+    it sees full batches, at most :data:`MAX_BATCHES` times; the total acted on."""
+    total = 0
+    for _ in range(MAX_BATCHES):
+        seen, acted = step()
+        total += acted
+        if seen < batch:
+            break
+    return total
+
+
+class Scheduler:
+    """Periodic passes over the storage; safe to run on every node."""
+
+    def __init__(
+        self,
+        storage: JobStorage,
+        clock: Clock,
+        config: SchedulerConfig,
+        *,
+        hooks: Hooks | None = None,
+    ) -> None:
+        check_scheduler_config(config)
+        self._storage = storage
+        self._clock = clock
+        self._config = config
+        self._hooks = hooks or Hooks()
+        self._stop = threading.Event()
+
+    def run_once(self) -> SchedulerPass:
+        """One pass at the clock's current time. Each step's failure is logged and
+        does not prevent the others."""
+        now = self._clock.now()
+        batch = self._config.activation_batch
+        with self._hooks.around_turn():
+            activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
+            fired = self._step(
+                "recurring", lambda: fire_due_recurring(self._storage, self._clock, now, batch)
+            )
+            purged = self._step("purge", lambda: self.purge(now))
+        return SchedulerPass(activated=activated, fired=fired, purged=purged)
+
+    def purge(self, now: datetime) -> int:
+        """Delete jobs finished longer than ``retention`` before ``now`` (none if
+        retention is ``None``); bounded per call, so call again while it returns rows."""
+        retention = self._config.retention
+        if retention is None:
+            return 0
+        return purge_finished(self._storage, now - retention, self._config.purge_batch)
+
+    def run(self) -> None:
+        """A pass every ``scheduler_interval`` (real time) until :meth:`request_stop`."""
+        logger.info("scheduler started: a pass every %s", self._config.scheduler_interval)
+        interval = self._config.scheduler_interval.total_seconds()
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # the hooks failed; the steps guard themselves
+                logger.exception("scheduler pass failed; the next pass retries")
+            self._stop.wait(interval)
+        logger.info("scheduler stopped")
+
+    def request_stop(self) -> None:
+        """Stop after the current pass (thread-safe)."""
+        self._stop.set()
+
+    @staticmethod
+    def _step(name: str, step: Callable[[], int]) -> int:
+        try:
+            return step()
+        except Exception:
+            logger.exception("scheduler %s step failed; the next pass retries", name)
+            return 0

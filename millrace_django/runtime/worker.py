@@ -1,0 +1,392 @@
+"""The worker: claim jobs, run them, keep their leases, write how each attempt ended.
+
+Threads (daemons, so a stuck job never keeps the process alive at exit):
+
+- the caller's thread runs the claim loop, :meth:`Worker.run`;
+- ``millrace-job-N``: the pool of ``concurrency`` threads running job functions;
+- ``millrace-asyncio``: one event loop that async job functions run on;
+- ``millrace-maintenance``: heartbeats, timeouts and abandonment, looked at every tick;
+- ``millrace-acks``: writes finished attempts in batches;
+- ``millrace-wakeup``: turns the provider's notifications into wake-ups, if it has them.
+
+The worker holds no state that matters across a crash: every guarantee comes from the
+storage (the claim, the lease, the fence on each write).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import threading
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from types import MappingProxyType
+
+from millrace_django.clock import Clock
+from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobStorage, JobTransition
+from millrace_django.engine import CancelReason, JobContext, UnknownQueue
+from millrace_django.ids import new_id
+from millrace_django.runtime.acks import Acknowledger, Result
+from millrace_django.runtime.config import WorkerConfig, check_worker_config
+from millrace_django.runtime.execution import Outcome, cancellation_outcome, run_claimed
+from millrace_django.runtime.heartbeat import Heartbeat
+from millrace_django.runtime.hooks import Hooks
+from millrace_django.runtime.inflight import Execution, InFlight
+from millrace_django.runtime.polling import Backoff, Wakeup
+from millrace_django.runtime.shutdown import StopRequests
+from millrace_django.runtime.threads import JOIN_TIMEOUT, HandlerThreads, LoopThread
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TICK = timedelta(milliseconds=250)
+"""How often the maintenance thread looks at the clock for due heartbeats and deadlines."""
+
+
+def default_worker_id(clock: Clock) -> str:
+    """``"{hostname}:{pid}:{uuid7 hex}"``: readable in the dashboard, new per start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id(clock).hex}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStats:
+    """A snapshot of what a worker did so far."""
+
+    worker_id: str
+    stopping: bool
+    in_flight: int
+    claimed: int
+    """Jobs claimed (each claim of a job counts)."""
+    empty_claims: int
+    """Claims that came back empty (the worker then waited)."""
+    acknowledged: Mapping[JobState, int]
+    """Transitions written, by target state."""
+    fence_lost: int
+    """Transitions the fence rejected: the claim had moved on (lease lost)."""
+    refused: int
+    """Transitions the storage refused or that were dropped after retries."""
+    abandoned: int
+    """Executions given up on while their function still ran."""
+    heartbeats: int
+
+
+class Worker:
+    """Claims from ``queues`` and runs up to ``concurrency`` jobs at once.
+
+    ``run()`` blocks until the worker has stopped; ``request_stop()`` (thread-safe,
+    also what SIGTERM should call) asks it to: the first request stops claiming, lets
+    in-flight jobs finish for up to ``shutdown_timeout``, then fires their cancellation
+    and, after ``shutdown_grace``, releases what still runs; a second request releases
+    at once. A released job is claimable again and spends no retry budget.
+    """
+
+    def __init__(
+        self,
+        storage: JobStorage,
+        clock: Clock,
+        config: WorkerConfig,
+        *,
+        queues: Collection[str] | None = None,
+        concurrency: int | None = None,
+        worker_id: str | None = None,
+        hooks: Hooks | None = None,
+        tick: timedelta = DEFAULT_TICK,
+    ) -> None:
+        check_worker_config(config)
+        self.queues = frozenset(config.queues if queues is None else queues)
+        known = frozenset(config.queues)
+        if not self.queues:
+            raise ValueError("a worker needs at least one queue")
+        for queue in sorted(self.queues - known):
+            raise UnknownQueue(queue, known)
+        self.concurrency = config.concurrency if concurrency is None else concurrency
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1; got {self.concurrency}")
+        if tick <= timedelta(0):
+            raise ValueError(f"tick must be positive; got {tick}")
+        self.worker_id = worker_id or default_worker_id(clock)
+        self._storage = storage
+        self._clock = clock
+        self._config = config
+        self._hooks = hooks or Hooks()
+        self._tick = tick.total_seconds()
+        self._stops = StopRequests()
+        self._in_flight = InFlight(self.concurrency)
+        self._tally: Counter[str | JobState] = Counter()
+        self._tally_lock = threading.Lock()
+        self._started = False
+        self._start_lock = threading.Lock()
+        self._threads = HandlerThreads(self.concurrency, "millrace-job")
+        self._loop = LoopThread("millrace-asyncio")
+        self._wakeup = Wakeup(storage, self.queues, "millrace-wakeup")
+        self._heartbeat = Heartbeat(
+            storage, clock, self._in_flight, worker_id=self.worker_id, lease=config.lease
+        )
+        self._acks = Acknowledger(
+            storage,
+            on_acknowledged=self._acknowledged,
+            around_turn=self._hooks.around_turn,
+            name="millrace-acks",
+        )
+        self._maintenance_done = threading.Event()
+        self._maintenance = threading.Thread(
+            target=self._maintain, name="millrace-maintenance", daemon=True
+        )
+
+    # -- public API -----------------------------------------------------------------------
+
+    def run(self, *, until_idle: bool = False) -> None:
+        """Claim and run jobs until stopped, then shut down in two phases.
+
+        With ``until_idle``, stop by itself once a claim comes back empty while nothing
+        is in flight (``millrace_worker --until-idle``). A worker runs once.
+        """
+        with self._start_lock:
+            if self._started:
+                raise RuntimeError("this Worker already ran; create a new one")
+            self._started = True
+        self._start()
+        try:
+            self._claim_loop(until_idle)
+        finally:
+            self._shut_down()
+
+    def request_stop(self) -> None:
+        """Ask the worker to stop (thread-safe); a second request skips the drain."""
+        count = self._stops.request()
+        logger.info(
+            "worker %s: %s stop requested",
+            self.worker_id,
+            "graceful" if count == 1 else "immediate",
+        )
+        self._wakeup.set()
+        self._in_flight.notify()
+
+    def heartbeat(self) -> None:
+        """Renew leases and look for cancel requests now (the maintenance thread does
+        this every ``heartbeat`` by the clock)."""
+        with self._hooks.around_turn():
+            self._heartbeat.beat()
+        self._count("heartbeats")
+
+    @property
+    def stats(self) -> WorkerStats:
+        with self._tally_lock:
+            tally = Counter(self._tally)
+        return WorkerStats(
+            worker_id=self.worker_id,
+            stopping=self._stops.requested,
+            in_flight=self._in_flight.count(),
+            claimed=tally["claimed"],
+            empty_claims=tally["empty_claims"],
+            acknowledged=MappingProxyType(
+                {state: tally[state] for state in JobState if tally[state]}
+            ),
+            fence_lost=tally["fence_lost"],
+            refused=tally["refused"],
+            abandoned=tally["abandoned"],
+            heartbeats=tally["heartbeats"],
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._threads.start()
+        self._loop.start()
+        self._acks.start()
+        self._wakeup.start()
+        self._maintenance.start()
+        logger.info(
+            "worker %s started: queues %s, concurrency %d, notifications %s",
+            self.worker_id,
+            ", ".join(sorted(self.queues)),
+            self.concurrency,
+            "on" if self._wakeup.listening else "off",
+        )
+
+    def _shut_down(self) -> None:
+        """Phase one drains, phase two cancels and releases; then the threads stop."""
+        if not self._stops.requested:
+            self._stops.request()  # the claim loop ended by an error
+        self._await_idle(self._config.shutdown_timeout)
+        running = self._in_flight.running()
+        if running:
+            now = self._clock.now()
+            for execution in running:
+                execution.cancel(CancelReason.SHUTDOWN, now)
+            self._await_idle(self._config.shutdown_grace)
+            for execution in self._in_flight.running():
+                self._abandon(execution)
+        self._acks.close()
+        self._maintenance_done.set()
+        self._maintenance.join(JOIN_TIMEOUT)
+        self._wakeup.close()
+        self._threads.close()
+        self._loop.close()
+        logger.info("worker %s stopped", self.worker_id)
+
+    def _await_idle(self, limit: timedelta) -> None:
+        """Wait up to ``limit`` for every held job to be written, unless told to hurry."""
+        if not self._stops.urgent:
+            self._in_flight.wait_until(
+                lambda: self._in_flight.count() == 0 or self._stops.urgent,
+                limit.total_seconds(),
+            )
+
+    # -- claiming -------------------------------------------------------------------------
+
+    def _claim_loop(self, until_idle: bool) -> None:
+        backoff = Backoff(self._config.poll_min, self._config.poll_max)
+        ceiling = self._config.poll_max.total_seconds()
+        in_flight = self._in_flight
+        while not self._stops.requested:
+            if not in_flight.wait_until(
+                lambda: in_flight.free() > 0 or self._stops.requested, ceiling
+            ):
+                continue
+            if self._stops.requested:
+                break
+            self._wakeup.clear()  # a hint arriving during the claim must not be lost
+            claimed = self._claim(in_flight.free())
+            if claimed:
+                backoff.reset()
+                for job in claimed:
+                    self._dispatch(job)
+                continue
+            if claimed is not None:
+                self._count("empty_claims")
+                if until_idle:
+                    if in_flight.count() == 0:
+                        self.request_stop()
+                        break
+                    in_flight.wait_until(
+                        lambda: in_flight.count() == 0 or self._stops.requested, ceiling
+                    )
+                    continue
+            self._wakeup.wait(backoff.next())
+
+    def _claim(self, free: int) -> list[JobRecord] | None:
+        """Claim up to ``free`` jobs; ``None`` if the claim failed (logged)."""
+        request = ClaimRequest(
+            worker_id=self.worker_id,
+            queues=self.queues,
+            max_count=min(free, self._config.claim_batch),
+            lease=self._config.lease,
+        )
+        try:
+            with self._hooks.around_turn():
+                return self._storage.claim(request)
+        except Exception:
+            logger.exception(
+                "worker %s: claim failed; retrying after the poll delay", self.worker_id
+            )
+            return None
+
+    def _dispatch(self, job: JobRecord) -> None:
+        now = self._clock.now()
+        execution = Execution(job, JobContext.for_job(job, self._clock), started_at=now)
+        replaced = self._in_flight.add(execution)
+        self._count("claimed")
+        if replaced is not None:
+            replaced.cancel(CancelReason.SUPERSEDED, now)
+            self._abandon(replaced)
+        self._threads.submit(functools.partial(self._execute, execution))
+
+    # -- running --------------------------------------------------------------------------
+
+    def _execute(self, execution: Execution) -> bool:
+        """Run one job on a pool thread; ``False`` if it was abandoned meanwhile (its
+        replacement thread took over, so this one retires)."""
+        outcome: Outcome | None = None
+        try:
+            with self._hooks.around_job():
+                outcome = run_claimed(
+                    execution.job,
+                    execution.context,
+                    clock=self._clock,
+                    config=self._config,
+                    loop=self._loop.loop,
+                )
+        except Exception:
+            logger.exception(
+                "job %s: the worker failed around it; its lease will lapse and it will run again",
+                execution.job.id,
+            )
+        if not execution.settle():
+            logger.info(
+                "job %s attempt %d returned after it was abandoned; its outcome is discarded",
+                execution.job.id,
+                execution.job.attempt,
+            )
+            return False
+        if outcome is not None and outcome.error is not None:
+            logger.info(
+                "job %s (%s) attempt %d raised",
+                execution.job.id,
+                execution.job.invocation.target,
+                execution.job.attempt,
+                exc_info=outcome.error,
+            )
+        self._acks.submit(execution, outcome.transition if outcome is not None else None)
+        return True
+
+    def _abandon(self, execution: Execution) -> None:
+        """Decide for an execution whose function is still running; its thread is
+        replaced and whatever it returns later is discarded."""
+        if not execution.settle():
+            return
+        self._threads.add_thread()
+        self._count("abandoned")
+        logger.warning(
+            "job %s attempt %d still runs after its cancellation (%s); abandoning it, "
+            "its eventual result will be discarded",
+            execution.job.id,
+            execution.job.attempt,
+            execution.context.cancel_reason,
+        )
+        transition = cancellation_outcome(
+            execution.job, execution.context, clock=self._clock, config=self._config
+        )
+        self._acks.submit(execution, transition)
+
+    def _acknowledged(
+        self, execution: Execution, transition: JobTransition | None, result: Result
+    ) -> None:
+        if result is True and transition is not None:
+            self._count(transition.target)
+        elif result is False:
+            self._count("fence_lost")
+        elif result is not None:
+            self._count("refused")
+        self._in_flight.remove(execution)
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def _maintain(self) -> None:
+        """Every tick: enforce deadlines; every ``heartbeat`` (by the clock): beat."""
+        next_beat = self._clock.now() + self._config.heartbeat
+        while not self._maintenance_done.wait(self._tick):
+            try:
+                now = self._clock.now()
+                self._enforce_deadlines(now)
+                if now >= next_beat:
+                    next_beat = now + self._config.heartbeat
+                    self.heartbeat()
+            except Exception:
+                logger.exception("worker %s: maintenance turn failed", self.worker_id)
+
+    def _enforce_deadlines(self, now: datetime) -> None:
+        """Fire the timeout of jobs past their deadline; abandon jobs that ignored
+        their cancellation for longer than ``shutdown_grace``."""
+        for execution in self._in_flight.running():
+            if execution.deadline is not None and now >= execution.deadline:
+                execution.cancel(CancelReason.TIMEOUT, now)
+            if execution.overran(now, self._config.shutdown_grace):
+                self._abandon(execution)
+
+    def _count(self, key: str | JobState) -> None:
+        with self._tally_lock:
+            self._tally[key] += 1

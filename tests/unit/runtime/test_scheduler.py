@@ -1,0 +1,195 @@
+"""The scheduler: due activation, cron fires exactly once per occurrence, retention."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import pytest
+
+from millrace_django.clock import FakeClock
+from millrace_django.contract import (
+    ClaimRequest,
+    Invocation,
+    JobQuery,
+    JobState,
+    RecurringRecord,
+)
+from millrace_django.engine import JobClient, outcomes
+from millrace_django.runtime import RuntimeSettings, Scheduler, scheduler
+from millrace_django.storage.memory import MemoryStorage
+from tests.unit.runtime import jobs
+from tests.unit.runtime.helpers import TIMEOUT, stored, wait_until
+
+START = FakeClock.DEFAULT_START
+
+
+def fired_jobs(storage: MemoryStorage, recurring_id: str) -> list[JobState]:
+    page = storage.query_jobs(JobQuery(limit=200))
+    return [
+        job.state
+        for job in (storage.get_job(summary.id) for summary in page.items)
+        if job is not None and job.recurring_id == recurring_id
+    ]
+
+
+def test_due_jobs_are_activated_in_several_batches_within_one_pass(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    for n in range(25):
+        jobs.record.schedule(str(n), delay=timedelta(seconds=1))
+    clock.advance(timedelta(seconds=1))
+    small_batches = replace(settings, activation_batch=10)
+    assert Scheduler(storage, clock, small_batches).run_once().activated == 25
+
+
+def test_one_pass_makes_a_bounded_number_of_storage_calls(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scheduler, "MAX_BATCHES", 2)
+    for n in range(25):
+        jobs.record.schedule(str(n), delay=timedelta(seconds=1))
+    clock.advance(timedelta(seconds=1))
+    pass_ = Scheduler(storage, clock, replace(settings, activation_batch=10))
+    assert [pass_.run_once().activated for _ in range(3)] == [20, 5, 0]
+
+
+def test_three_schedulers_racing_fire_each_occurrence_exactly_once(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    client.upsert_recurring("every-minute", jobs.record, cron="* * * * *", args=["tick"])
+    schedulers = [Scheduler(storage, clock, settings) for _ in range(3)]
+    rounds = threading.Barrier(len(schedulers) + 1)  # the test moves the clock between rounds
+    fired = [0] * len(schedulers)
+
+    def race(index: int) -> None:
+        for _ in range(10):
+            rounds.wait(TIMEOUT)
+            fired[index] += schedulers[index].run_once().fired
+            rounds.wait(TIMEOUT)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(schedulers))]
+    for thread in threads:
+        thread.start()
+    for _ in range(10):
+        clock.advance(timedelta(minutes=1))
+        rounds.wait(TIMEOUT)  # all three see the same due occurrence...
+        rounds.wait(TIMEOUT)  # ...and race to fire it
+    for thread in threads:
+        thread.join(TIMEOUT)
+    assert sum(fired) == 10
+    assert fired_jobs(storage, "every-minute") == [JobState.ENQUEUED] * 10
+    definition = storage.get_recurring("every-minute")
+    assert definition is not None
+    assert definition.last_fire_time == START + timedelta(minutes=10)
+
+
+def test_missed_occurrences_collapse_into_one_fire_and_the_next_is_computed_from_now(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    client.upsert_recurring("five", jobs.record, cron="*/5 * * * *", args=["five"])
+    clock.advance(timedelta(hours=1, minutes=2))  # twelve occurrences missed
+    assert Scheduler(storage, clock, settings).run_once().fired == 1
+    definition = storage.get_recurring("five")
+    assert definition is not None
+    assert definition.last_fire_time == START + timedelta(minutes=5)
+    assert definition.next_fire_time == START + timedelta(hours=1, minutes=5)
+    assert fired_jobs(storage, "five") == [JobState.ENQUEUED]
+
+
+def test_a_definition_with_an_unparseable_stored_cron_is_logged_and_skipped(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    storage.upsert_recurring(
+        RecurringRecord(
+            id="broken",
+            cron="every full moon",
+            queue="default",
+            invocation=Invocation(target=jobs.record.target, args=("moon",)),
+            next_fire_time=START,
+            created_at=START,
+            updated_at=START,
+        )
+    )
+    client.upsert_recurring("fine", jobs.record, cron="* * * * *", args=["fine"])
+    clock.advance(timedelta(minutes=1))
+    with caplog.at_level(logging.ERROR):
+        assert Scheduler(storage, clock, settings).run_once().fired == 1
+    assert "'broken' has an invalid stored cron" in caplog.text
+    assert fired_jobs(storage, "fine") == [JobState.ENQUEUED]
+
+
+def test_the_purge_deletes_only_jobs_finished_longer_ago_than_the_retention(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    def finish(label: str) -> None:
+        jobs.record.enqueue(label)
+        (job,) = storage.claim(
+            ClaimRequest(
+                worker_id="w", queues=frozenset({"default"}), max_count=1, lease=settings.lease
+            )
+        )
+        assert storage.apply(outcomes.succeeded(job, label, clock=clock, config=settings))
+
+    finish("old")
+    clock.advance(timedelta(hours=12))
+    finish("recent")
+    waiting = jobs.record.schedule("waiting", delay=timedelta(days=30))
+    old, recent = (
+        summary.id
+        for summary in reversed(
+            storage.query_jobs(JobQuery(states=frozenset({JobState.SUCCEEDED}))).items
+        )
+    )
+    clock.advance(timedelta(hours=12, seconds=1))  # "old" finished a day and a second ago
+    assert Scheduler(storage, clock, settings).run_once().purged == 1
+    assert storage.get_job(old) is None
+    assert stored(storage, recent).state is JobState.SUCCEEDED
+    assert stored(storage, waiting).state is JobState.SCHEDULED
+    forever = Scheduler(storage, clock, replace(settings, retention=None))
+    clock.advance(timedelta(days=2))
+    assert forever.run_once().purged == 0
+
+
+def test_run_makes_passes_until_asked_to_stop(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    job_id = jobs.record.schedule("soon", delay=timedelta(seconds=1))
+    periodic = Scheduler(storage, clock, settings)
+    thread = threading.Thread(target=periodic.run)
+    thread.start()
+    try:
+        clock.advance(timedelta(seconds=1))
+        wait_until(lambda: stored(storage, job_id).state is JobState.ENQUEUED, "a later pass")
+    finally:
+        periodic.request_stop()
+        thread.join(TIMEOUT)
+    assert not thread.is_alive()
+
+
+def test_a_failing_step_does_not_stop_the_others(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def unavailable(now: datetime, limit: int) -> int:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(storage, "activate_due", unavailable)
+    client.upsert_recurring("fine", jobs.record, cron="* * * * *", args=["fine"])
+    clock.advance(timedelta(minutes=1))
+    assert Scheduler(storage, clock, settings).run_once().fired == 1
+    assert "activation step failed" in caplog.text
