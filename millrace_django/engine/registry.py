@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, cast, overload
 from uuid import UUID
 
 from millrace_django.contract import RetrySpec
@@ -74,7 +74,38 @@ class JobOptions:
         )
 
 
-class JobDefinition[**P, R]:
+class _Submits:
+    """``enqueue`` and ``schedule`` through the default client, for both job shapes."""
+
+    __slots__ = ()
+
+    def enqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
+        """Store a run now (via the default client); returns the job id, or the id of the
+        active job already holding ``idempotency_key`` in this tenant."""
+        return current.default_client().enqueue(
+            cast("JobLike", self), *args, idempotency_key=idempotency_key, **kwargs
+        )
+
+    def schedule(
+        self,
+        *args: Any,
+        delay: timedelta | None = None,
+        at: datetime | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> UUID:
+        """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one)."""
+        return current.default_client().schedule(
+            cast("JobLike", self),
+            *args,
+            delay=delay,
+            at=at,
+            idempotency_key=idempotency_key,
+            **kwargs,
+        )
+
+
+class JobDefinition[**P, R](_Submits):
     """A registered job: the function, its target path and its decoration options.
 
     Calling it calls the function directly (no queue involved).
@@ -119,48 +150,14 @@ class JobDefinition[**P, R]:
         )
         return f"{self.target}{bare}"
 
-    def using(
-        self,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        retry: RetrySpec | None = None,
-        timeout: timedelta | None = None,
-        idempotency_key: str | None = None,
-    ) -> ConfiguredJob:
-        """This job with options for the next enqueue; the definition is unchanged."""
-        options = JobOptions(
-            queue=queue,
-            priority=priority,
-            retry=retry,
-            timeout=timeout,
-            idempotency_key=idempotency_key,
-        )
-        return ConfiguredJob(self, options)
-
-    def enqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
-        """Store a run now (via the default client); returns the job id, or the id of the
-        active job already holding ``idempotency_key`` in this tenant."""
-        return current.default_client().enqueue(
-            self, *args, idempotency_key=idempotency_key, **kwargs
-        )
-
-    def schedule(
-        self,
-        *args: Any,
-        delay: timedelta | None = None,
-        at: datetime | None = None,
-        idempotency_key: str | None = None,
-        **kwargs: Any,
-    ) -> UUID:
-        """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one)."""
-        return current.default_client().schedule(
-            self, *args, delay=delay, at=at, idempotency_key=idempotency_key, **kwargs
-        )
+    def using(self, **options: Any) -> ConfiguredJob:
+        """This job with options for the next enqueue (``queue``, ``priority``, ``retry``,
+        ``timeout``, ``idempotency_key``); the definition is unchanged."""
+        return ConfiguredJob(self, JobOptions()).using(**options)
 
 
 @dataclass(frozen=True, slots=True)
-class ConfiguredJob:
+class ConfiguredJob(_Submits):
     """A job plus call-site options, from ``fn.using(...)``; accepted wherever a job is."""
 
     definition: JobDefinition[..., Any]
@@ -183,23 +180,6 @@ class ConfiguredJob:
             idempotency_key=idempotency_key,
         )
         return ConfiguredJob(self.definition, more.over(self.options))
-
-    def enqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
-        return current.default_client().enqueue(
-            self, *args, idempotency_key=idempotency_key, **kwargs
-        )
-
-    def schedule(
-        self,
-        *args: Any,
-        delay: timedelta | None = None,
-        at: datetime | None = None,
-        idempotency_key: str | None = None,
-        **kwargs: Any,
-    ) -> UUID:
-        return current.default_client().schedule(
-            self, *args, delay=delay, at=at, idempotency_key=idempotency_key, **kwargs
-        )
 
 
 type JobLike = JobDefinition[..., Any] | ConfiguredJob
