@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
-from typing import Any
 from uuid import UUID
 
 import pytest
@@ -16,11 +15,13 @@ from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
+    create_instance,
     make_bookmark,
     make_instance,
     make_job,
     race,
     state_of,
+    stored_instance,
     with_fields,
 )
 from millrace_django.contract import (
@@ -34,14 +35,6 @@ from millrace_django.errors import ConcurrencyConflict, ParentJobNotFound
 from millrace_django.ids import new_id
 
 _Resume = Callable[[BookmarkRecord], Sequence[JobRecord]]
-
-
-def _create(store: StoreUnderTest, clock: FakeClock, **fields: Any) -> WorkflowInstanceRecord:
-    instance = make_instance(clock, **fields)
-    store.workflows.create_instance(instance)
-    stored = store.workflows.get_instance(instance.id)
-    assert stored is not None
-    return stored
 
 
 def _try_update(store: StoreUnderTest, instance: WorkflowInstanceRecord, expected: int) -> bool:
@@ -94,8 +87,7 @@ class WorkflowStorageFacts(FactGroup):
         """Create normalizes revision to one regardless of input."""
         instance = make_instance(clock, revision=42)
         store.workflows.create_instance(instance)
-        stored = store.workflows.get_instance(instance.id)
-        assert stored is not None
+        stored = stored_instance(store, instance.id)
         assert stored.revision == 1
         assert stored == with_fields(instance, revision=1)
 
@@ -103,7 +95,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Duplicate create throws concurrency exception."""
-        original = _create(store, clock, data={"who": "first"})
+        original = create_instance(store, clock, data={"who": "first"})
         clock.advance(timedelta(seconds=1))
         duplicate = with_fields(
             original, data={"who": "second"}, definition_id="other", updated_at=clock.now()
@@ -116,7 +108,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Update with matching revision increments it."""
-        stored = _create(store, clock, data={"step": 1})
+        stored = create_instance(store, clock, data={"step": 1})
         clock.advance(timedelta(seconds=5))
         updated = with_fields(
             stored,
@@ -129,15 +121,14 @@ class WorkflowStorageFacts(FactGroup):
         assert store.workflows.get_instance(stored.id) == with_fields(updated, revision=2)
         clock.advance(timedelta(seconds=5))
         store.workflows.update_instance(with_fields(updated, data={"step": 3}, revision=2), 2)
-        again = store.workflows.get_instance(stored.id)
-        assert again is not None
+        again = stored_instance(store, stored.id)
         assert (again.revision, again.data) == (3, {"step": 3})
 
     def test_update_with_stale_revision_throws_and_changes_nothing(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Update with stale revision throws and changes nothing."""
-        stored = _create(store, clock, data={"step": 1})
+        stored = create_instance(store, clock, data={"step": 1})
         current = with_fields(stored, data={"step": 2}, updated_at=clock.now())
         store.workflows.update_instance(current, 1)
         clock.advance(timedelta(seconds=1))
@@ -164,7 +155,7 @@ class WorkflowStorageFacts(FactGroup):
     ) -> None:
         """Concurrent updates have exactly one winner."""
         for _ in range(ROUNDS):
-            stored = _create(store, clock)
+            stored = create_instance(store, clock)
             writes = [with_fields(stored, data={"writer": n}) for n in range(RACERS)]
             results = race(store, [partial(_try_update, store, write, 1) for write in writes])
             assert results.count(True) == 1, f"winners: {results}"
@@ -175,7 +166,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Consume with no match returns null (wrong correlation or wrong signal name)."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         bookmark = make_bookmark(clock, instance.id, signal_name="approved", correlation_id="o-1")
         store.workflows.add_bookmark(bookmark)
         assert _consume(store, "approved", "o-2") is None
@@ -188,7 +179,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Consume is at most once under contention."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         for round_number in range(ROUNDS):
             correlation = f"order-{round_number}"
             bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
@@ -202,7 +193,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Consume returns the oldest matching bookmark (by created_at, whatever the ids)."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         low_id, high_id = sorted([new_id(clock), new_id(clock)])
         older = make_bookmark(clock, instance.id, id=high_id)
         clock.advance(timedelta(seconds=1))
@@ -220,7 +211,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Consume breaks created_at ties by id in RFC 4122 byte order."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         # Byte order puts `first` before `second`; creation order, little-endian field order
         # (uuid.bytes_le, .NET Guid) and SQL Server uniqueidentifier order all put it after.
         first = UUID("00000001-0000-7000-8000-000000000002")
@@ -254,7 +245,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A duplicate instance create stores none of its jobs."""
-        original = _create(store, clock, data={"who": "first"})
+        original = create_instance(store, clock, data={"who": "first"})
         job = make_job(clock, workflow_instance_id=original.id, activity_node_id="start")
         duplicate = with_fields(original, data={"who": "second"})
         with pytest.raises(ConcurrencyConflict):
@@ -287,7 +278,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """consume_bookmark enqueues the resume jobs in the same atom."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         bookmark = make_bookmark(clock, instance.id, payload_type="shop.Approval")
         store.workflows.add_bookmark(bookmark)
         seen: list[BookmarkRecord] = []
@@ -307,7 +298,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A resume job that cannot be stored leaves the bookmark in place."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         bookmark = make_bookmark(clock, instance.id)
         store.workflows.add_bookmark(bookmark)
         orphan = make_job(
@@ -328,7 +319,7 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Concurrent consumers with enqueue callbacks store exactly one resume job."""
-        instance = _create(store, clock)
+        instance = create_instance(store, clock)
         for round_number in range(ROUNDS):
             correlation = f"order-{round_number}"
             bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)

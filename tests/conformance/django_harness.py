@@ -2,6 +2,8 @@
 
 Each fact gets a storage on the alias's (pytest-django) test database with empty
 millrace tables, and leaves them empty. Racer threads close their own connections.
+A vendor's binding module subclasses :class:`DjangoBinding` and takes its marks from
+:func:`server_marks`.
 """
 
 from __future__ import annotations
@@ -9,12 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import ClassVar
 
 import pytest
 from django.conf import settings
 from django.db import connections
 
 from millrace_django.clock import FakeClock
+from millrace_django.conformance import StorageHarness
 from millrace_django.models import (
     Bookmark,
     Job,
@@ -68,3 +72,21 @@ def require_alias(alias: str, variable: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI must run against every database)", pytrace=False)
     pytest.skip(f"{reason} (scripts/testdb.sh starts one)", allow_module_level=True)
+
+
+def server_marks(alias: str, variable: str) -> list[pytest.MarkDecorator]:
+    """The ``pytestmark`` of a module binding the kit to the database server on ``alias``:
+    the marker named after the alias and a transactional test database. Skips the module
+    when ``variable`` left ``alias`` unconfigured (fails in CI, see :func:`require_alias`)."""
+    require_alias(alias, variable)
+    return [getattr(pytest.mark, alias), pytest.mark.django_db(transaction=True, databases=[alias])]
+
+
+class DjangoBinding:
+    """Binds the kit's suites to :class:`DjangoStorage` on the database alias ``alias``."""
+
+    alias: ClassVar[str]
+
+    @pytest.fixture
+    def harness(self) -> StorageHarness:
+        return DjangoHarness(self.alias)

@@ -6,25 +6,14 @@ skipped when unset, except in CI, where it fails.
 
 from __future__ import annotations
 
-import pytest
+from millrace_django.conformance import JobStorageFacts, MonitoringFacts, WorkflowStorageFacts
+from tests.conformance.django_harness import DjangoBinding, server_marks
 
-from millrace_django.conformance import (
-    JobStorageFacts,
-    MonitoringFacts,
-    StorageHarness,
-    WorkflowStorageFacts,
-)
-from tests.conformance.django_harness import DjangoHarness, require_alias
-
-ALIAS = "mariadb"
-require_alias(ALIAS, "MILLRACE_TEST_MARIADB_URL")
-pytestmark = [pytest.mark.mariadb, pytest.mark.django_db(transaction=True, databases=[ALIAS])]
+pytestmark = server_marks("mariadb", "MILLRACE_TEST_MARIADB_URL")
 
 
-class MariaDBBinding:
-    @pytest.fixture
-    def harness(self) -> StorageHarness:
-        return DjangoHarness(ALIAS)
+class MariaDBBinding(DjangoBinding):
+    alias = "mariadb"
 
 
 class TestMariaDBJobStorage(MariaDBBinding, JobStorageFacts):

@@ -6,25 +6,14 @@ skipped when unset, except in CI, where it fails.
 
 from __future__ import annotations
 
-import pytest
+from millrace_django.conformance import JobStorageFacts, MonitoringFacts, WorkflowStorageFacts
+from tests.conformance.django_harness import DjangoBinding, server_marks
 
-from millrace_django.conformance import (
-    JobStorageFacts,
-    MonitoringFacts,
-    StorageHarness,
-    WorkflowStorageFacts,
-)
-from tests.conformance.django_harness import DjangoHarness, require_alias
-
-ALIAS = "postgres"
-require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, databases=[ALIAS])]
+pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL")
 
 
-class PostgreSQLBinding:
-    @pytest.fixture
-    def harness(self) -> StorageHarness:
-        return DjangoHarness(ALIAS)
+class PostgreSQLBinding(DjangoBinding):
+    alias = "postgres"
 
 
 class TestPostgreSQLJobStorage(PostgreSQLBinding, JobStorageFacts):

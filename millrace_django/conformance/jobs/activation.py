@@ -17,28 +17,23 @@ from millrace_django.conformance.support import (
     fail,
     make_job,
     race,
+    stored_job,
 )
-from millrace_django.contract import JobRecord, JobState
+from millrace_django.contract import JobState
 from millrace_django.ids import new_id
 
 DUE_JOBS = 50
 ACTIVATION_BATCH = 3
 
 
-def _stored(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
-
-
 def _assert_activated(store: StoreUnderTest, job_id: UUID) -> None:
-    job = _stored(store, job_id)
+    job = stored_job(store, job_id)
     assert job.state is JobState.ENQUEUED, f"job {job_id} is {job.state}, not enqueued"
     assert job.due_at is None
 
 
 def _assert_waiting(store: StoreUnderTest, job_id: UUID, state: JobState, due: datetime) -> None:
-    job = _stored(store, job_id)
+    job = stored_job(store, job_id)
     assert job.state is state, f"job {job_id} is {job.state}, not {state}"
     assert job.due_at == due
 

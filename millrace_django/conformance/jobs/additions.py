@@ -23,10 +23,14 @@ from millrace_django.conformance.support import (
     die,
     enqueue,
     fail,
+    job_details,
+    job_in_state,
     make_instance,
     make_job,
     race,
     release,
+    stored_instance,
+    stored_job,
     succeed,
 )
 from millrace_django.contract import (
@@ -50,12 +54,6 @@ BATCH = 64
 RACING_JOBS = 8
 
 
-def _stored(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
-
-
 def _claim_all(store: StoreUnderTest, worker: str, count: int, queue: str) -> list[JobRecord]:
     """Claim exactly ``count`` jobs of ``queue``, oldest first, tolerating short batches."""
     taken: list[JobRecord] = []
@@ -64,19 +62,6 @@ def _claim_all(store: StoreUnderTest, worker: str, count: int, queue: str) -> li
         assert batch, f"only {len(taken)} of {count} jobs were claimable"
         taken.extend(batch)
     return taken
-
-
-def _finish(store: StoreUnderTest, clock: FakeClock, target: JobState, **fields: object) -> UUID:
-    """A job taken to the terminal ``target`` now, alone in a queue of its own."""
-    queue = f"finish-{new_id(clock)}"
-    job_id = enqueue(store, clock, queue=queue, **fields)
-    if target is JobState.CANCELLED:
-        assert store.jobs.try_cancel(job_id)
-        return job_id
-    job = claim_one(store, "w1", queues=(queue,))
-    command = succeed(job, clock) if target is JobState.SUCCEEDED else die(job, clock)
-    assert store.jobs.apply(command)
-    return job_id
 
 
 class ResultFacts(FactGroup):
@@ -96,7 +81,7 @@ class ResultFacts(FactGroup):
 
         assert store.jobs.apply(succeed(job, clock, result=result)) is True
 
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.result == result
         assert type(stored.result) is type(result)
 
@@ -124,7 +109,7 @@ class ResultFacts(FactGroup):
             cancelled_id: JobState.CANCELLED,
         }
         for job_id, state in expected_states.items():
-            stored = _stored(store, job_id)
+            stored = stored_job(store, job_id)
             assert stored.state is state
             assert stored.result is None, f"a {state} job stored a result"
 
@@ -138,10 +123,10 @@ class ResultFacts(FactGroup):
         owner = claim_one(store, "w2")
 
         assert store.jobs.apply(succeed(zombie, clock, result={"from": "zombie"})) is False
-        assert _stored(store, job_id).result is None
+        assert stored_job(store, job_id).result is None
         assert store.jobs.apply(succeed(owner, clock, result={"from": "owner"})) is True
         assert store.jobs.apply(succeed(zombie, clock, result={"from": "zombie"})) is False
-        assert _stored(store, job_id).result == {"from": "owner"}
+        assert stored_job(store, job_id).result == {"from": "owner"}
 
 
 class PurgeFacts(FactGroup):
@@ -153,23 +138,23 @@ class PurgeFacts(FactGroup):
         """Purge deletes succeeded, dead and cancelled jobs with finished_at < before only."""
         start = clock.now()
         clock.set(start + timedelta(minutes=1))
-        succeeded = _finish(store, clock, JobState.SUCCEEDED)
+        succeeded = job_in_state(store, clock, JobState.SUCCEEDED)
         clock.set(start + timedelta(minutes=2))
-        dead = _finish(store, clock, JobState.DEAD)
+        dead = job_in_state(store, clock, JobState.DEAD)
         clock.set(start + timedelta(minutes=3))
-        cancelled = _finish(store, clock, JobState.CANCELLED)
+        cancelled = job_in_state(store, clock, JobState.CANCELLED)
         cutoff = start + timedelta(minutes=5)
         clock.set(cutoff)
-        at_cutoff = _finish(store, clock, JobState.SUCCEEDED)
+        at_cutoff = job_in_state(store, clock, JobState.SUCCEEDED)
         clock.set(start + timedelta(minutes=10))
-        after = _finish(store, clock, JobState.DEAD)
+        after = job_in_state(store, clock, JobState.DEAD)
 
         assert store.jobs.purge_finished(cutoff, 100) == 3
 
         for gone in (succeeded, dead, cancelled):
             assert store.jobs.get_job(gone) is None
-        assert _stored(store, at_cutoff).finished_at == cutoff
-        assert _stored(store, after).state is JobState.DEAD
+        assert stored_job(store, at_cutoff).finished_at == cutoff
+        assert stored_job(store, after).state is JobState.DEAD
         assert store.jobs.purge_finished(cutoff, 100) == 0
 
     def test_purge_deletes_the_oldest_finished_first_and_at_most_limit(
@@ -203,9 +188,9 @@ class PurgeFacts(FactGroup):
         retrying = claim_one(store, "w1", queues=("f",))
         assert store.jobs.apply(fail(retrying, clock, retry_in=far - clock.now()))
         awaiting = enqueue(store, clock, queue="a", state=JobState.AWAITING, parent_id=processing)
-        finished = _finish(store, clock, JobState.SUCCEEDED)
+        finished = job_in_state(store, clock, JobState.SUCCEEDED)
         active = [scheduled, enqueued, processing, failed, awaiting]
-        snapshots = {job_id: _stored(store, job_id) for job_id in active}
+        snapshots = {job_id: stored_job(store, job_id) for job_id in active}
         clock.advance(timedelta(days=30))
 
         assert store.jobs.purge_finished(clock.now(), 100) == 1
@@ -228,29 +213,23 @@ class PurgeFacts(FactGroup):
         kept_id = enqueue(store, clock, queue="kept")
         kept = claim_one(store, "w1", queues=("kept",))
         assert store.jobs.apply(fail(kept, clock, retry_in=timedelta(days=1)))
-        details = store.monitoring.get_job_details(purged_id)
-        assert details is not None
-        assert len(details.attempts) == 2
+        assert len(job_details(store, purged_id).attempts) == 2
         clock.advance(timedelta(hours=1))
 
         assert store.jobs.purge_finished(clock.now(), 100) == 1
 
         assert store.jobs.get_job(purged_id) is None
         assert store.monitoring.get_job_details(purged_id) is None
-        kept_details = store.monitoring.get_job_details(kept_id)
-        assert kept_details is not None
-        assert len(kept_details.attempts) == 1
+        assert len(job_details(store, kept_id).attempts) == 1
         # Ids are never reused in practice; storing one again makes leftover history visible.
         assert store.jobs.enqueue([make_job(clock, id=purged_id)]) == [purged_id]
-        reborn = store.monitoring.get_job_details(purged_id)
-        assert reborn is not None
-        assert list(reborn.attempts) == []
+        assert list(job_details(store, purged_id).attempts) == []
 
     def test_a_purged_jobs_idempotency_key_stays_free(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Purging a finished keyed job neither frees an active holder's key nor blocks reuse."""
-        old = _finish(store, clock, JobState.SUCCEEDED, idempotency_key="k")
+        old = job_in_state(store, clock, JobState.SUCCEEDED, idempotency_key="k")
         holder = enqueue(store, clock, idempotency_key="k")
         assert holder != old
         clock.advance(timedelta(minutes=1))
@@ -264,7 +243,7 @@ class PurgeFacts(FactGroup):
         assert store.jobs.purge_finished(clock.now(), 100) == 1
         fresh = make_job(clock, idempotency_key="k")
         assert store.jobs.enqueue([fresh]) == [fresh.id]
-        assert _stored(store, fresh.id).idempotency_key == "k"
+        assert stored_job(store, fresh.id).idempotency_key == "k"
 
 
 class ApplyManyFacts(FactGroup):
@@ -276,7 +255,7 @@ class ApplyManyFacts(FactGroup):
         """A fence failure in one position returns False there; the others still commit."""
         store.jobs.enqueue([make_job(clock) for _ in range(3)])
         good, fenced, failing = claim(store, "w1", max_count=3)
-        before = _stored(store, fenced.id)
+        before = stored_job(store, fenced.id)
         stray = make_job(clock)
         transitions = [
             succeed(good, clock, result="ok"),
@@ -286,12 +265,12 @@ class ApplyManyFacts(FactGroup):
 
         assert store.jobs.apply_many(transitions) == [True, False, True]
 
-        done = _stored(store, good.id)
+        done = stored_job(store, good.id)
         assert done.state is JobState.SUCCEEDED
         assert done.result == "ok"
-        assert _stored(store, fenced.id) == before
+        assert stored_job(store, fenced.id) == before
         assert store.jobs.get_job(stray.id) is None
-        retrying = _stored(store, failing.id)
+        retrying = stored_job(store, failing.id)
         assert retrying.state is JobState.FAILED
         assert retrying.failures == 1
         assert retrying.last_error == "oops"
@@ -325,19 +304,18 @@ class ApplyManyFacts(FactGroup):
         assert isinstance(outcomes[1], ConcurrencyConflict)
         assert isinstance(outcomes[2], ParentJobNotFound)
         assert outcomes[3] is True
-        assert _stored(store, first.id).state is JobState.SUCCEEDED
-        assert _stored(store, last.id).state is JobState.SUCCEEDED
+        assert stored_job(store, first.id).state is JobState.SUCCEEDED
+        assert stored_job(store, last.id).state is JobState.SUCCEEDED
         for untouched in (stale, orphaned):
-            stored = _stored(store, untouched.id)
+            stored = stored_job(store, untouched.id)
             assert stored.state is JobState.PROCESSING
             assert stored.worker_id == "w1"
             assert stored.result is None
         assert store.jobs.get_job(stale_insert.id) is None
         assert store.jobs.get_job(orphan.id) is None
-        stored_instance = store.workflows.get_instance(instance.id)
-        assert stored_instance is not None
-        assert stored_instance.revision == 2
-        assert stored_instance.data == {"step": 1}
+        after = stored_instance(store, instance.id)
+        assert after.revision == 2
+        assert after.data == {"step": 1}
 
     def test_a_batch_of_64_succeeded_transitions_all_commit(
         self, store: StoreUnderTest, clock: FakeClock
@@ -350,7 +328,7 @@ class ApplyManyFacts(FactGroup):
         assert store.jobs.apply_many(transitions) == [True] * BATCH
 
         for n, job in enumerate(jobs):
-            stored = _stored(store, job.id)
+            stored = stored_job(store, job.id)
             assert stored.state is JobState.SUCCEEDED
             assert stored.result == {"n": n}
             assert stored.finished_at == clock.now()
@@ -361,10 +339,10 @@ class ApplyManyFacts(FactGroup):
     ) -> None:
         """An empty batch returns an empty list and changes nothing."""
         job_id = enqueue(store, clock)
-        before = _stored(store, job_id)
+        before = stored_job(store, job_id)
 
         assert store.jobs.apply_many([]) == []
-        assert _stored(store, job_id) == before
+        assert stored_job(store, job_id) == before
 
     def test_racing_apply_many_batches_give_each_job_exactly_one_winner(
         self, store: StoreUnderTest, clock: FakeClock
@@ -398,7 +376,7 @@ class ApplyManyFacts(FactGroup):
                 assert len(won_by) == 1, f"job {job_id} was won by racers {won_by}"
                 (racer,) = won_by
                 assert racer % 2 == 0, "a zombie's stale transition won"
-                stored = _stored(store, job_id)
+                stored = stored_job(store, job_id)
                 assert stored.state is JobState.SUCCEEDED
                 assert stored.result == {"racer": racer}
                 assert stored.attempt == 2

@@ -9,7 +9,13 @@ import pytest
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
-from millrace_django.conformance.support import claim, enqueue, make_job, with_fields
+from millrace_django.conformance.support import (
+    claim,
+    enqueue,
+    make_job,
+    stored_job,
+    with_fields,
+)
 from millrace_django.contract import JobState
 from millrace_django.errors import DuplicateJobId
 
@@ -31,9 +37,7 @@ class BatchFacts(FactGroup):
         assert ids == [fresh_1.id, existing, fresh_2.id]
         assert store.jobs.get_job(duplicate.id) is None
         for job in (fresh_1, fresh_2):
-            stored = store.jobs.get_job(job.id)
-            assert stored is not None
-            assert stored.state is JobState.ENQUEUED
+            assert stored_job(store, job.id).state is JobState.ENQUEUED
         claimed = claim(store, "w1", max_count=10)
         assert [job.id for job in claimed] == [fresh_1.id, fresh_2.id]
 
@@ -42,8 +46,7 @@ class BatchFacts(FactGroup):
     ) -> None:
         """An id already stored, or repeated in the batch, raises DuplicateJobId; none is kept."""
         existing_id = enqueue(store, clock, queue="held")
-        existing = store.jobs.get_job(existing_id)
-        assert existing is not None
+        existing = stored_job(store, existing_id)
         fresh = make_job(clock, idempotency_key="fresh")
         clash = make_job(clock, id=existing_id, queue="default", priority=5)
 

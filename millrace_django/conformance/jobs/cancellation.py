@@ -17,24 +17,20 @@ from millrace_django.conformance.support import (
     LEASE,
     RACERS,
     ROUNDS,
+    assert_key_free,
     claim,
     claim_one,
-    die,
     enqueue,
     fail,
     make_job,
     race,
+    stored_job,
     succeed,
+    terminal,
     transition,
 )
 from millrace_django.contract import JobRecord, JobState
 from millrace_django.ids import new_id
-
-
-def _get(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
 
 
 def _pre_active(store: StoreUnderTest, clock: FakeClock, state: JobState) -> UUID:
@@ -58,15 +54,8 @@ def _pre_active(store: StoreUnderTest, clock: FakeClock, state: JobState) -> UUI
         claimed = claim_one(store, "w1", queues=["target"])
         assert claimed.id == job_id
         assert store.jobs.apply(fail(claimed, clock, retry_in=timedelta(hours=1))) is True
-    assert _get(store, job_id).state is state
+    assert stored_job(store, job_id).state is state
     return job_id
-
-
-def _assert_key_free(store: StoreUnderTest, clock: FakeClock, key: str, old_id: UUID) -> None:
-    fresh = make_job(clock, queue="reuse", idempotency_key=key)
-    assert store.jobs.enqueue([fresh]) == [fresh.id]
-    assert fresh.id != old_id
-    assert _get(store, fresh.id).state is JobState.ENQUEUED
 
 
 class CancellationFacts(FactGroup):
@@ -101,20 +90,20 @@ class CancellationFacts(FactGroup):
         assert store.jobs.try_cancel(job_id) is True
 
         for cancelled_id, key in ((job_id, "k"), (child, "child"), (grandchild, "grandchild")):
-            cancelled = _get(store, cancelled_id)
+            cancelled = stored_job(store, cancelled_id)
             assert cancelled.state is JobState.CANCELLED, (cancelled_id, cancelled.state)
             assert cancelled.finished_at == clock.now()
             assert cancelled.worker_id is None
             assert cancelled.lease_until is None
             assert cancelled.idempotency_key == key
-            _assert_key_free(store, clock, key, cancelled_id)
-        parent_id = _get(store, job_id).parent_id
+            assert_key_free(store, clock, key, cancelled_id)
+        parent_id = stored_job(store, job_id).parent_id
         if parent_id is not None:
-            assert _get(store, parent_id).state is JobState.ENQUEUED
+            assert stored_job(store, parent_id).state is JobState.ENQUEUED
         clock.advance(timedelta(hours=2))
         assert store.jobs.activate_due(clock.now(), 100) == 0
         assert claim(store, "w2", queues=["target", "children"], max_count=10) == []
-        assert _get(store, job_id).state is JobState.CANCELLED
+        assert stored_job(store, job_id).state is JobState.CANCELLED
 
     def test_try_cancel_of_a_processing_job_sets_the_flag_only_and_never_blocks_the_fence(
         self, store: StoreUnderTest, clock: FakeClock
@@ -127,7 +116,7 @@ class CancellationFacts(FactGroup):
 
         assert store.jobs.try_cancel(job_id) is True
 
-        flagged = _get(store, job_id)
+        flagged = stored_job(store, job_id)
         assert flagged.state is JobState.PROCESSING
         assert flagged.cancel_requested is True
         assert flagged.worker_id == "w1"
@@ -141,7 +130,7 @@ class CancellationFacts(FactGroup):
         clock.advance(timedelta(minutes=3))
         assert clock.now() == claimed_at + timedelta(minutes=4)
         assert store.jobs.renew_leases("w1", [job_id], LEASE) == set()
-        renewed = _get(store, job_id)
+        renewed = stored_job(store, job_id)
         assert renewed.lease_until == clock.now() + LEASE
         assert renewed.state is JobState.PROCESSING
         clock.advance(timedelta(minutes=2))
@@ -149,7 +138,7 @@ class CancellationFacts(FactGroup):
         assert claim(store, "w2") == []
 
         assert store.jobs.apply(succeed(claimed, clock)) is True
-        done = _get(store, job_id)
+        done = stored_job(store, job_id)
         assert done.state is JobState.SUCCEEDED
         assert done.finished_at == clock.now()
         assert done.worker_id is None
@@ -172,13 +161,13 @@ class CancellationFacts(FactGroup):
             results = race(store, actions)
 
             assert results[position] is True
-            done = _get(store, job_id)
+            done = stored_job(store, job_id)
             assert done.state is JobState.SUCCEEDED
             assert done.finished_at == clock.now()
             assert done.worker_id is None
             assert done.lease_until is None
             assert store.jobs.try_cancel(job_id) is False
-            assert _get(store, job_id) == done
+            assert stored_job(store, job_id) == done
             clock.advance(timedelta(seconds=1))
 
     def test_try_cancel_racing_activation_and_claim_yields_exactly_one_owner(
@@ -208,7 +197,7 @@ class CancellationFacts(FactGroup):
             assert cancelled is True
             claims = [job for result in results if isinstance(result, list) for job in result]
             assert len(claims) <= 1, claims
-            current = _get(store, job_id)
+            current = stored_job(store, job_id)
             if claims:
                 (owner,) = claims
                 assert owner.id == job_id
@@ -218,14 +207,14 @@ class CancellationFacts(FactGroup):
                 assert current.attempt == 2
                 assert current.cancel_requested is True
                 assert store.jobs.apply(succeed(owner, clock)) is True
-                assert _get(store, job_id).state is JobState.SUCCEEDED
+                assert stored_job(store, job_id).state is JobState.SUCCEEDED
             else:
                 assert current.state is JobState.CANCELLED
                 assert current.finished_at == clock.now()
                 assert current.worker_id is None
                 assert store.jobs.activate_due(clock.now(), 10) == 0
                 assert claim(store, "w9") == []
-                assert _get(store, job_id).state is JobState.CANCELLED
+                assert stored_job(store, job_id).state is JobState.CANCELLED
 
     def test_try_cancel_of_terminal_and_unknown_jobs_returns_false_without_mutation(
         self, store: StoreUnderTest, clock: FakeClock
@@ -235,10 +224,7 @@ class CancellationFacts(FactGroup):
         for target in (JobState.SUCCEEDED, JobState.DEAD):
             job_id = enqueue(store, clock, idempotency_key=f"key-{target}")
             claimed = claim_one(store, "w1")
-            finish = (
-                succeed(claimed, clock) if target is JobState.SUCCEEDED else die(claimed, clock)
-            )
-            assert store.jobs.apply(finish) is True
+            assert store.jobs.apply(terminal(claimed, clock, target)) is True
             finished.append(job_id)
         by_request = enqueue(store, clock, idempotency_key="by-request")
         assert store.jobs.try_cancel(by_request) is True
@@ -249,12 +235,12 @@ class CancellationFacts(FactGroup):
         cancel = transition(claimed, JobState.CANCELLED, finished_at=clock.now(), error="stop")
         assert store.jobs.apply(cancel) is True
         finished.append(by_worker)
-        snapshots = {job_id: _get(store, job_id) for job_id in finished}
+        snapshots = {job_id: stored_job(store, job_id) for job_id in finished}
         clock.advance(timedelta(hours=1))
 
         for job_id in finished:
             assert store.jobs.try_cancel(job_id) is False
-            assert _get(store, job_id) == snapshots[job_id]
+            assert stored_job(store, job_id) == snapshots[job_id]
         unknown = new_id(clock)
         assert store.jobs.try_cancel(unknown) is False
         assert store.jobs.get_job(unknown) is None

@@ -16,13 +16,16 @@ from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
     claim,
-    claim_one,
+    claim_new,
+    create_instance,
     enqueue,
     make_bookmark,
     make_instance,
     make_job,
     race,
     state_of,
+    stored_instance,
+    stored_job,
     succeed,
     transition,
     with_fields,
@@ -41,10 +44,7 @@ Outcome = Literal["applied", "fenced", "conflict"]
 
 
 def _start_instance(store: StoreUnderTest, clock: FakeClock) -> WorkflowInstanceRecord:
-    instance = make_instance(clock, data={"step": 0})
-    store.workflows.create_instance(instance)
-    stored = store.workflows.get_instance(instance.id)
-    assert stored is not None
+    stored = create_instance(store, clock, data={"step": 0})
     assert stored.revision == 1
     return stored
 
@@ -64,17 +64,14 @@ def _checkpoint(
 def _claim_activity(
     store: StoreUnderTest, clock: FakeClock, instance: WorkflowInstanceRecord, node: str = "a"
 ) -> JobRecord:
-    job_id = enqueue(
+    return claim_new(
         store,
         clock,
-        queue="flows",
+        "flows",
         workflow_instance_id=instance.id,
         activity_node_id=node,
         idempotency_key=f"activity-{instance.id}-{node}",
     )
-    claimed = claim_one(store, "w1", queues=["flows"])
-    assert claimed.id == job_id
-    return claimed
 
 
 def _apply_outcome(store: StoreUnderTest, move: JobTransition) -> Outcome:
@@ -86,8 +83,7 @@ def _apply_outcome(store: StoreUnderTest, move: JobTransition) -> Outcome:
 
 
 def _assert_untouched_processing(store: StoreUnderTest, claimed: JobRecord) -> None:
-    job = store.jobs.get_job(claimed.id)
-    assert job is not None
+    job = stored_job(store, claimed.id)
     assert job.state is JobState.PROCESSING
     assert job.worker_id == claimed.worker_id
     assert job.attempt == claimed.attempt
@@ -108,8 +104,7 @@ def _assert_key_held(store: StoreUnderTest, clock: FakeClock, holder: JobRecord)
 def _assert_instance(
     store: StoreUnderTest, instance_id: UUID, expected: WorkflowInstanceRecord
 ) -> None:
-    stored = store.workflows.get_instance(instance_id)
-    assert stored is not None
+    stored = stored_instance(store, instance_id)
     assert stored.revision == expected.revision
     assert stored.data == expected.data
     assert stored.cursor == expected.cursor
@@ -147,20 +142,17 @@ class CheckpointFacts(FactGroup):
         )
 
         assert applied is True
-        done = store.jobs.get_job(job.id)
-        assert done is not None
+        done = stored_job(store, job.id)
         assert done.state is JobState.SUCCEEDED
         assert done.finished_at == clock.now()
         assert done.worker_id is None
         assert done.lease_until is None
         assert done.result == {"ok": True}
-        inserted = store.jobs.get_job(follow_up.id)
-        assert inserted is not None
+        inserted = stored_job(store, follow_up.id)
         assert inserted.state is JobState.ENQUEUED
         assert inserted.workflow_instance_id == instance.id
         assert inserted.activity_node_id == "b"
-        stored = store.workflows.get_instance(instance.id)
-        assert stored is not None
+        stored = stored_instance(store, instance.id)
         assert stored.revision == 2
         assert stored.data == {"step": 1}
         assert stored.cursor == {"at": ["b"], "done": ["a"]}
@@ -177,8 +169,7 @@ class CheckpointFacts(FactGroup):
         """A checkpoint expecting an old revision raises ConcurrencyConflict and changes nothing."""
         instance = _start_instance(store, clock)
         store.workflows.update_instance(with_fields(instance, data={"step": 1}), 1)
-        moved_on = store.workflows.get_instance(instance.id)
-        assert moved_on is not None
+        moved_on = stored_instance(store, instance.id)
         assert moved_on.revision == 2
         job = _claim_activity(store, clock, instance)
         child = make_job(clock, queue="children", state=JobState.AWAITING, parent_id=job.id)
@@ -208,8 +199,7 @@ class CheckpointFacts(FactGroup):
         # The fence survived intact: the same worker can retry against the fresh revision.
         fresh = _checkpoint(moved_on, clock, expected=2, data={"step": 2})
         assert store.jobs.apply(succeed(job, clock, checkpoint=fresh)) is True
-        stored = store.workflows.get_instance(instance.id)
-        assert stored is not None
+        stored = stored_instance(store, instance.id)
         assert stored.revision == 3
         assert stored.data == {"step": 2}
 
@@ -295,8 +285,7 @@ class CheckpointFacts(FactGroup):
             assert outcomes.count("applied") == 1, outcomes
             assert outcomes.count("conflict") == RACERS - 1, outcomes
             winner = jobs[outcomes.index("applied")]
-            stored = store.workflows.get_instance(instance.id)
-            assert stored is not None
+            stored = stored_instance(store, instance.id)
             assert stored.revision == 2
             assert stored.data == {"winner": str(winner.id)}
             assert state_of(store, winner.id) is JobState.SUCCEEDED
@@ -315,15 +304,13 @@ class CheckpointFacts(FactGroup):
         """A workflow job's plain transition applies and never touches its instance's revision."""
         instance = _start_instance(store, clock)
         store.workflows.update_instance(with_fields(instance, data={"step": 1}), 1)
-        moved_on = store.workflows.get_instance(instance.id)
-        assert moved_on is not None
+        moved_on = stored_instance(store, instance.id)
         job = _claim_activity(store, clock, instance)
         clock.advance(timedelta(seconds=5))
 
         assert store.jobs.apply(succeed(job, clock)) is True
 
-        done = store.jobs.get_job(job.id)
-        assert done is not None
+        done = stored_job(store, job.id)
         assert done.state is JobState.SUCCEEDED
         assert done.finished_at == clock.now()
         assert done.worker_id is None

@@ -20,18 +20,13 @@ from millrace_django.conformance.support import (
     make_job,
     race,
     state_of,
+    stored_job,
 )
 from millrace_django.contract import JobRecord, JobState
 from millrace_django.ids import new_id
 
 CONTENDED_JOBS = 100
 CLAIM_BATCH = 5
-
-
-def _stored(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
 
 
 def _claim_until_empty(store: StoreUnderTest, worker: str) -> list[JobRecord]:
@@ -61,7 +56,7 @@ class ClaimFacts(FactGroup):
         assert claim(store, "late", max_count=CONTENDED_JOBS) == []
         for worker, taken in zip(workers, per_worker, strict=True):
             for job in taken:
-                stored = _stored(store, job.id)
+                stored = stored_job(store, job.id)
                 assert stored.state is JobState.PROCESSING
                 assert stored.worker_id == worker == job.worker_id
                 assert stored.attempt == 1 == job.attempt
@@ -75,7 +70,7 @@ class ClaimFacts(FactGroup):
         clock.advance(timedelta(hours=7, minutes=13, seconds=29))
         lease = timedelta(minutes=2, seconds=41)
         job = claim_one(store, "w1", lease=lease)
-        stored = _stored(store, record.id)
+        stored = stored_job(store, record.id)
 
         for seen in (job, stored):
             assert seen.id == record.id
@@ -121,7 +116,7 @@ class ClaimFacts(FactGroup):
 
         assert {job.id for job in taken} == {in_a, in_c}
         assert {job.queue for job in taken} == {"a", "c"}
-        left = _stored(store, in_b)
+        left = stored_job(store, in_b)
         assert left.state is JobState.ENQUEUED
         assert left.worker_id is None
         assert left.lease_until is None
@@ -136,7 +131,7 @@ class ClaimFacts(FactGroup):
 
         assert claim(store, "w2", max_count=10) == []
         assert claim(store, "w1", max_count=10) == []
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.PROCESSING
         assert stored.worker_id == "w1"
         assert stored.attempt == 1
@@ -152,7 +147,7 @@ class ClaimFacts(FactGroup):
         clock.set(first.lease_until)
 
         again = claim_one(store, "w2")
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         for seen in (again, stored):
             assert seen.id == job_id
             assert seen.state is JobState.PROCESSING
@@ -204,6 +199,6 @@ class ClaimFacts(FactGroup):
         assert state_of(store, child_id) is JobState.AWAITING
         assert state_of(store, scheduled_id) is JobState.SCHEDULED
         for job_id in (failing_id, child_id, scheduled_id):
-            stored = _stored(store, job_id)
+            stored = stored_job(store, job_id)
             assert stored.worker_id is None
             assert stored.lease_until is None

@@ -16,12 +16,15 @@ from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
+    assert_key_free,
     claim,
+    claim_new,
     claim_one,
     die,
     enqueue,
     make_job,
     race,
+    stored_job,
     succeed,
 )
 from millrace_django.contract import JobRecord, JobState
@@ -32,12 +35,6 @@ ParentOutcome = Literal["succeeds", "dies"]
 CHILDREN_PER_INSERTER = 10
 
 
-def _get(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
-
-
 def _awaiting(store: StoreUnderTest, clock: FakeClock, parent_id: UUID, **fields: object) -> UUID:
     """Insert an awaiting continuation of ``parent_id`` and return its effective id."""
     child = make_job(clock, state=JobState.AWAITING, parent_id=parent_id, **fields)
@@ -45,15 +42,8 @@ def _awaiting(store: StoreUnderTest, clock: FakeClock, parent_id: UUID, **fields
     return child_id
 
 
-def _claim_parent(store: StoreUnderTest, clock: FakeClock, **fields: object) -> JobRecord:
-    parent_id = enqueue(store, clock, queue="parents", **fields)
-    parent = claim_one(store, "w1", queues=["parents"])
-    assert parent.id == parent_id
-    return parent
-
-
 def _assert_enqueued(store: StoreUnderTest, job_id: UUID) -> None:
-    job = _get(store, job_id)
+    job = stored_job(store, job_id)
     assert job.state is JobState.ENQUEUED, f"job {job_id} is {job.state}"
     assert job.due_at is None
     assert job.worker_id is None
@@ -63,7 +53,7 @@ def _assert_enqueued(store: StoreUnderTest, job_id: UUID) -> None:
 
 
 def _assert_cancelled(store: StoreUnderTest, job_id: UUID, clock: FakeClock) -> None:
-    job = _get(store, job_id)
+    job = stored_job(store, job_id)
     assert job.state is JobState.CANCELLED, f"job {job_id} is {job.state}"
     assert job.finished_at == clock.now()
     assert job.worker_id is None
@@ -72,13 +62,8 @@ def _assert_cancelled(store: StoreUnderTest, job_id: UUID, clock: FakeClock) -> 
 
 
 def _assert_key_free(store: StoreUnderTest, clock: FakeClock, key: str, old_id: UUID) -> None:
-    """A fresh enqueue with ``key`` creates a new job, so nothing active holds it."""
-    fresh = make_job(clock, queue="reuse", idempotency_key=key)
-    assert store.jobs.enqueue([fresh]) == [fresh.id]
-    assert fresh.id != old_id
-    reused = _get(store, fresh.id)
-    assert reused.state is JobState.ENQUEUED
-    assert reused.idempotency_key == key
+    """A fresh enqueue with ``key`` creates a new job keeping the key: nothing active holds it."""
+    assert assert_key_free(store, clock, key, old_id).idempotency_key == key
 
 
 class ContinuationFacts(FactGroup):
@@ -88,7 +73,7 @@ class ContinuationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A succeeded parent's transition enqueues its awaiting children, not grandchildren."""
-        parent = _claim_parent(store, clock)
+        parent = claim_new(store, clock, "parents")
         child_a = _awaiting(store, clock, parent.id, queue="children")
         child_b = _awaiting(store, clock, parent.id, queue="children")
         grandchild = _awaiting(store, clock, child_a, queue="children")
@@ -99,8 +84,8 @@ class ContinuationFacts(FactGroup):
 
         _assert_enqueued(store, child_a)
         _assert_enqueued(store, child_b)
-        assert _get(store, grandchild).state is JobState.AWAITING
-        assert _get(store, bystander).state is JobState.AWAITING
+        assert stored_job(store, grandchild).state is JobState.AWAITING
+        assert stored_job(store, bystander).state is JobState.AWAITING
         claimed = claim(store, "w2", queues=["children"], max_count=10)
         assert sorted(job.id for job in claimed) == sorted([child_a, child_b])
 
@@ -108,19 +93,19 @@ class ContinuationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A terminal transition without the continuation flags leaves awaiting children be."""
-        parent = _claim_parent(store, clock)
+        parent = claim_new(store, clock, "parents")
         child = _awaiting(store, clock, parent.id, queue="children")
 
         assert store.jobs.apply(succeed(parent, clock)) is True
 
-        assert _get(store, child).state is JobState.AWAITING
+        assert stored_job(store, child).state is JobState.AWAITING
         assert claim(store, "w2", queues=["children"], max_count=10) == []
 
     def test_parent_death_cancels_the_transitive_awaiting_closure_and_releases_keys(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A dead parent cancels awaiting children and grandchildren and frees their keys."""
-        parent = _claim_parent(store, clock)
+        parent = claim_new(store, clock, "parents")
         child = _awaiting(store, clock, parent.id, queue="children", idempotency_key="child")
         grandchild = _awaiting(store, clock, child, queue="children", idempotency_key="grand")
         great = _awaiting(store, clock, grandchild, queue="children", idempotency_key="great")
@@ -128,12 +113,12 @@ class ContinuationFacts(FactGroup):
 
         assert store.jobs.apply(die(parent, clock, error="parent broke")) is True
 
-        dead = _get(store, parent.id)
+        dead = stored_job(store, parent.id)
         assert dead.state is JobState.DEAD
         assert dead.last_error == "parent broke"
         for job_id, key in ((child, "child"), (grandchild, "grand"), (great, "great")):
             _assert_cancelled(store, job_id, clock)
-            assert _get(store, job_id).idempotency_key == key
+            assert stored_job(store, job_id).idempotency_key == key
             _assert_key_free(store, clock, key, job_id)
         assert claim(store, "w2", queues=["children"], max_count=10) == []
 
@@ -141,7 +126,7 @@ class ContinuationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """The cascade stops at an active child; its awaiting children wait for its own end."""
-        parent = _claim_parent(store, clock)
+        parent = claim_new(store, clock, "parents")
         active_child = enqueue(store, clock, queue="children", parent_id=parent.id)
         shielded = _awaiting(store, clock, active_child, queue="grandchildren")
         awaiting_child = _awaiting(store, clock, parent.id, queue="children")
@@ -151,10 +136,10 @@ class ContinuationFacts(FactGroup):
 
         _assert_cancelled(store, awaiting_child, clock)
         _assert_enqueued(store, active_child)
-        assert _get(store, shielded).state is JobState.AWAITING
+        assert stored_job(store, shielded).state is JobState.AWAITING
         child = claim_one(store, "w2", queues=["children"])
         assert child.id == active_child
-        assert _get(store, shielded).state is JobState.AWAITING
+        assert stored_job(store, shielded).state is JobState.AWAITING
         clock.advance(timedelta(minutes=1))
         assert store.jobs.apply(die(child, clock)) is True
         _assert_cancelled(store, shielded, clock)
@@ -163,7 +148,7 @@ class ContinuationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """An awaiting job whose parent already succeeded is stored enqueued and claimable."""
-        parent = _claim_parent(store, clock)
+        parent = claim_new(store, clock, "parents")
         assert store.jobs.apply(succeed(parent, clock, activate_continuations=True)) is True
         clock.advance(timedelta(minutes=1))
         late = make_job(clock, queue="children", state=JobState.AWAITING, parent_id=parent.id)
@@ -171,14 +156,14 @@ class ContinuationFacts(FactGroup):
         assert store.jobs.enqueue([late]) == [late.id]
 
         _assert_enqueued(store, late.id)
-        assert _get(store, late.id).parent_id == parent.id
+        assert stored_job(store, late.id).parent_id == parent.id
         assert claim_one(store, "w2", queues=["children"]).id == late.id
 
     def test_an_awaiting_insert_after_parent_death_is_fixed_up_to_cancelled(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """An awaiting job whose parent is dead is stored cancelled, finished, its key free."""
-        parent = _claim_parent(store, clock)
+        parent = claim_new(store, clock, "parents")
         assert store.jobs.apply(die(parent, clock)) is True
         clock.advance(timedelta(minutes=1))
         late = make_job(
@@ -192,7 +177,7 @@ class ContinuationFacts(FactGroup):
         assert store.jobs.enqueue([late]) == [late.id]
 
         _assert_cancelled(store, late.id, clock)
-        assert _get(store, late.id).idempotency_key == "late"
+        assert stored_job(store, late.id).idempotency_key == "late"
         _assert_key_free(store, clock, "late", late.id)
         assert claim(store, "w2", queues=["children"]) == []
 
@@ -240,7 +225,7 @@ class ContinuationFacts(FactGroup):
     ) -> None:
         """Children inserted while the parent finishes all end enqueued (success) or cancelled."""
         for round_no in range(ROUNDS):
-            parent = _claim_parent(store, clock)
+            parent = claim_new(store, clock, "parents")
             queue = f"children-{outcome}-{round_no}"
             batches = [
                 [

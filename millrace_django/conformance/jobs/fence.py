@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import ClassVar
-from uuid import UUID
 
 import pytest
 
@@ -18,48 +17,15 @@ from millrace_django.conformance.support import (
     die,
     enqueue,
     fail,
+    job_in_state,
     make_job,
     release,
+    stored_job,
     succeed,
 )
-from millrace_django.contract import JobRecord, JobState
+from millrace_django.contract import JobState
 from millrace_django.errors import DuplicateJobId, ParentJobNotFound
 from millrace_django.ids import new_id
-
-
-def _stored(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
-
-
-def _job_in_state(store: StoreUnderTest, clock: FakeClock, state: JobState) -> UUID:
-    """A job brought to ``state`` through the contract, alone in its own queue."""
-    queue = f"q-{state.value}"
-    if state in (JobState.SCHEDULED, JobState.AWAITING):
-        parent_id = enqueue(store, clock, queue=f"{queue}-parent")
-        return enqueue(
-            store,
-            clock,
-            queue=queue,
-            state=state,
-            due_at=clock.now() + timedelta(hours=1) if state is JobState.SCHEDULED else None,
-            parent_id=parent_id if state is JobState.AWAITING else None,
-        )
-    job_id = enqueue(store, clock, queue=queue)
-    if state is JobState.ENQUEUED:
-        return job_id
-    if state is JobState.CANCELLED:
-        assert store.jobs.try_cancel(job_id)
-        return job_id
-    job = claim_one(store, "w1", queues=(queue,))
-    if state is JobState.SUCCEEDED:
-        assert store.jobs.apply(succeed(job, clock))
-    elif state is JobState.DEAD:
-        assert store.jobs.apply(die(job, clock))
-    elif state is JobState.FAILED:
-        assert store.jobs.apply(fail(job, clock, retry_in=timedelta(hours=1)))
-    return job_id
 
 
 class FenceFacts(FactGroup):
@@ -71,13 +37,13 @@ class FenceFacts(FactGroup):
         """A transition fenced on another worker returns False and changes nothing."""
         enqueue(store, clock)
         job = claim_one(store, "w1")
-        before = _stored(store, job.id)
+        before = stored_job(store, job.id)
         follow_up = make_job(clock)
 
         wrong = succeed(job, clock, expected_worker_id="w2", result={"r": 1}, enqueue=[follow_up])
         assert store.jobs.apply(wrong) is False
 
-        assert _stored(store, job.id) == before
+        assert stored_job(store, job.id) == before
         assert before.state is JobState.PROCESSING
         assert store.jobs.get_job(follow_up.id) is None
 
@@ -87,14 +53,14 @@ class FenceFacts(FactGroup):
         """A transition fenced on another attempt (older or newer) returns False, no changes."""
         job_id = enqueue(store, clock)
         job = claim_one(store, "w1")
-        before = _stored(store, job_id)
+        before = stored_job(store, job_id)
 
         for attempt in (job.attempt - 1, job.attempt + 1):
             follow_up = make_job(clock)
             wrong = die(job, clock, expected_attempt=attempt, enqueue=[follow_up])
             assert store.jobs.apply(wrong) is False
             assert store.jobs.get_job(follow_up.id) is None
-        assert _stored(store, job_id) == before
+        assert stored_job(store, job_id) == before
 
     def test_apply_zombie_versus_new_owner_exactly_one_wins(
         self, store: StoreUnderTest, clock: FakeClock
@@ -106,11 +72,11 @@ class FenceFacts(FactGroup):
         owner = claim_one(store, "w2")
 
         assert store.jobs.apply(succeed(zombie, clock, result="zombie")) is False
-        assert _stored(store, job_id).worker_id == "w2"
+        assert stored_job(store, job_id).worker_id == "w2"
         assert store.jobs.apply(succeed(owner, clock, result="owner")) is True
         assert store.jobs.apply(succeed(zombie, clock, result="zombie")) is False
 
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.SUCCEEDED
         assert stored.result == "owner"
         assert stored.attempt == 2
@@ -130,7 +96,7 @@ class FenceFacts(FactGroup):
 
         assert store.jobs.apply(transition) is True
 
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.SUCCEEDED
         assert stored.finished_at == transition.finished_at
         assert stored.worker_id is None
@@ -151,7 +117,7 @@ class FenceFacts(FactGroup):
 
         assert store.jobs.try_run_now(job_id) is True
 
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.ENQUEUED
         assert stored.due_at is None
         assert stored.attempt == 1
@@ -180,12 +146,12 @@ class FenceFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock, state: JobState
     ) -> None:
         """Run now on a job in any state but failed returns False and changes nothing."""
-        job_id = _job_in_state(store, clock, state)
-        before = _stored(store, job_id)
+        job_id = job_in_state(store, clock, state)
+        before = stored_job(store, job_id)
         assert before.state is state
 
         assert store.jobs.try_run_now(job_id) is False
-        assert _stored(store, job_id) == before
+        assert stored_job(store, job_id) == before
 
     def test_run_now_on_an_unknown_job_reports_false(
         self, store: StoreUnderTest, clock: FakeClock
@@ -204,7 +170,7 @@ class FenceFacts(FactGroup):
         due = clock.now() + timedelta(minutes=10)
         assert store.jobs.apply(fail(job, clock, retry_in=timedelta(minutes=10), error="kaput"))
 
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.FAILED
         assert stored.failures == 1
         assert stored.attempt == 1
@@ -220,7 +186,7 @@ class FenceFacts(FactGroup):
         assert store.jobs.activate_due(clock.now(), 10) == 0
         clock.set(due)
         assert store.jobs.activate_due(clock.now(), 10) == 1
-        activated = _stored(store, job_id)
+        activated = stored_job(store, job_id)
         assert activated.state is JobState.ENQUEUED
         assert activated.due_at is None
         again = claim_one(store, "w2")
@@ -238,7 +204,7 @@ class FenceFacts(FactGroup):
 
         assert store.jobs.apply(release(job)) is True
 
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.ENQUEUED
         assert stored.failures == 0
         assert stored.attempt == 1
@@ -250,7 +216,7 @@ class FenceFacts(FactGroup):
         assert again.attempt == 2
         assert again.failures == 0
         assert store.jobs.apply(succeed(job, clock)) is False
-        assert _stored(store, job_id) == again
+        assert stored_job(store, job_id) == again
 
     def test_apply_is_all_or_nothing_when_an_enqueue_insert_fails(
         self, store: StoreUnderTest, clock: FakeClock
@@ -259,22 +225,22 @@ class FenceFacts(FactGroup):
         job_id = enqueue(store, clock)
         bystander_id = enqueue(store, clock, queue="other")
         job = claim_one(store, "w1")
-        before = _stored(store, job_id)
+        before = stored_job(store, job_id)
 
         good = make_job(clock)
         orphan = make_job(clock, state=JobState.AWAITING, parent_id=new_id(clock))
         with pytest.raises(ParentJobNotFound):
             store.jobs.apply(succeed(job, clock, result=1, enqueue=[good, orphan]))
-        assert _stored(store, job_id) == before
+        assert stored_job(store, job_id) == before
         assert store.jobs.get_job(good.id) is None
         assert store.jobs.get_job(orphan.id) is None
 
         clash = make_job(clock, id=bystander_id, queue="clash")
         with pytest.raises(DuplicateJobId):
             store.jobs.apply(die(job, clock, enqueue=[good, clash]))
-        assert _stored(store, job_id) == before
+        assert stored_job(store, job_id) == before
         assert store.jobs.get_job(good.id) is None
-        assert _stored(store, bystander_id).queue == "other"
+        assert stored_job(store, bystander_id).queue == "other"
 
         assert store.jobs.apply(succeed(job, clock)) is True
 
@@ -289,13 +255,13 @@ class FenceFacts(FactGroup):
 
         assert store.jobs.apply(succeed(job, clock, enqueue=[follow_up, later])) is True
 
-        assert _stored(store, job_id).state is JobState.SUCCEEDED
-        stored_follow_up = _stored(store, follow_up.id)
+        assert stored_job(store, job_id).state is JobState.SUCCEEDED
+        stored_follow_up = stored_job(store, follow_up.id)
         assert stored_follow_up.state is JobState.ENQUEUED
         assert stored_follow_up.queue == "next"
         assert stored_follow_up.priority == 4
         assert stored_follow_up.attempt == 0
-        stored_later = _stored(store, later.id)
+        stored_later = stored_job(store, later.id)
         assert stored_later.state is JobState.SCHEDULED
         assert stored_later.due_at == later.due_at
         assert claim_one(store, "w2", queues=("next", "default")).id == follow_up.id

@@ -15,21 +15,15 @@ from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
     claim_one,
-    die,
     enqueue,
     fail,
     make_job,
     race,
+    stored_job,
     succeed,
-    transition,
+    terminal,
 )
-from millrace_django.contract import JobRecord, JobState, JobTransition
-
-
-def _get(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
+from millrace_django.contract import JobRecord, JobState
 
 
 def _enqueue_with_key(
@@ -52,18 +46,10 @@ def _assert_deduped(
 def _assert_inserted(store: StoreUnderTest, clock: FakeClock, key: str, **fields: object) -> UUID:
     offered, effective = _enqueue_with_key(store, clock, key, **fields)
     assert effective == offered.id
-    stored = _get(store, offered.id)
+    stored = stored_job(store, offered.id)
     assert stored.state is JobState.ENQUEUED
     assert stored.idempotency_key == key
     return offered.id
-
-
-def _finish(job: JobRecord, clock: FakeClock, target: JobState) -> JobTransition:
-    if target is JobState.SUCCEEDED:
-        return succeed(job, clock)
-    if target is JobState.DEAD:
-        return die(job, clock)
-    return transition(job, target, finished_at=clock.now(), error="cancelled by request")
 
 
 class IdempotencyFacts(FactGroup):
@@ -91,21 +77,21 @@ class IdempotencyFacts(FactGroup):
             idempotency_key="awaiting",
         )
         holder = enqueue(store, clock, idempotency_key="k")
-        before = _get(store, holder)
+        before = stored_job(store, holder)
 
         _assert_deduped(store, clock, "scheduled", scheduled)
         _assert_deduped(store, clock, "awaiting", awaiting, queue="other")
         _assert_deduped(store, clock, "k", holder)
         _assert_deduped(store, clock, "k", holder, queue="other", priority=9)
-        assert _get(store, holder) == before
+        assert stored_job(store, holder) == before
 
         claimed = claim_one(store, "w1")
         assert claimed.id == holder
         _assert_deduped(store, clock, "k", holder)
         assert store.jobs.apply(fail(claimed, clock, retry_in=timedelta(minutes=5))) is True
-        assert _get(store, holder).state is JobState.FAILED
+        assert stored_job(store, holder).state is JobState.FAILED
         _assert_deduped(store, clock, "k", holder)
-        held = _get(store, holder)
+        held = stored_job(store, holder)
         assert held.queue == "default"
         assert held.priority == 0
 
@@ -129,7 +115,7 @@ class IdempotencyFacts(FactGroup):
             for offer in offers:
                 if offer.id != winner:
                     assert store.jobs.get_job(offer.id) is None
-            assert _get(store, winner).state is JobState.ENQUEUED
+            assert stored_job(store, winner).state is JobState.ENQUEUED
             _assert_deduped(store, clock, key, winner)
 
     def test_key_uniqueness_is_scoped_per_tenant_with_null_as_its_own_scope(
@@ -144,9 +130,9 @@ class IdempotencyFacts(FactGroup):
         _assert_deduped(store, clock, "k", for_a, tenant_id="a")
         _assert_deduped(store, clock, "k", for_b, tenant_id="b")
         _assert_deduped(store, clock, "k", untenanted)
-        assert _get(store, for_a).tenant_id == "a"
-        assert _get(store, for_b).tenant_id == "b"
-        assert _get(store, untenanted).tenant_id is None
+        assert stored_job(store, for_a).tenant_id == "a"
+        assert stored_job(store, for_b).tenant_id == "b"
+        assert stored_job(store, untenanted).tenant_id is None
 
     def test_a_terminal_transition_frees_the_key_but_retains_the_field(
         self, store: StoreUnderTest, clock: FakeClock
@@ -158,16 +144,16 @@ class IdempotencyFacts(FactGroup):
             claimed = claim_one(store, "w1")
             assert claimed.id == old
 
-            assert store.jobs.apply(_finish(claimed, clock, target)) is True
+            assert store.jobs.apply(terminal(claimed, clock, target)) is True
 
-            finished = _get(store, old)
+            finished = stored_job(store, old)
             assert finished.state is target
             assert finished.idempotency_key == key
             assert finished.finished_at == clock.now()
             successor = _assert_inserted(store, clock, key, queue="successors")
             assert successor != old
             _assert_deduped(store, clock, key, successor)
-            assert _get(store, old).state is target
+            assert stored_job(store, old).state is target
 
     def test_enqueue_racing_terminal_release_always_returns_a_valid_id(
         self, store: StoreUnderTest, clock: FakeClock
@@ -197,9 +183,9 @@ class IdempotencyFacts(FactGroup):
             stored = [offer.id for offer in offers if store.jobs.get_job(offer.id) is not None]
             assert len(stored) <= 1, stored
             assert set(effective) - {holder} == set(stored), (effective, stored)
-            assert _get(store, holder).state is JobState.SUCCEEDED
+            assert stored_job(store, holder).state is JobState.SUCCEEDED
             if stored:
-                assert _get(store, stored[0]).state is JobState.ENQUEUED
+                assert stored_job(store, stored[0]).state is JobState.ENQUEUED
                 _assert_deduped(store, clock, key, stored[0])
             else:
                 _assert_inserted(store, clock, key, queue="contenders")
@@ -209,7 +195,7 @@ class IdempotencyFacts(FactGroup):
     ) -> None:
         """A transition's insert whose key is held is skipped; the rest of it commits."""
         holder = enqueue(store, clock, queue="held", idempotency_key="k")
-        before = _get(store, holder)
+        before = stored_job(store, holder)
         worker_job = enqueue(store, clock)
         claimed = claim_one(store, "w1")
         assert claimed.id == worker_job
@@ -218,10 +204,10 @@ class IdempotencyFacts(FactGroup):
 
         assert store.jobs.apply(succeed(claimed, clock, enqueue=[duplicate, fresh])) is True
 
-        assert _get(store, worker_job).state is JobState.SUCCEEDED
+        assert stored_job(store, worker_job).state is JobState.SUCCEEDED
         assert store.jobs.get_job(duplicate.id) is None
-        assert _get(store, fresh.id).state is JobState.ENQUEUED
-        assert _get(store, holder) == before
+        assert stored_job(store, fresh.id).state is JobState.ENQUEUED
+        assert stored_job(store, holder) == before
         _assert_deduped(store, clock, "k", holder)
 
     def test_a_terminal_key_release_is_visible_to_the_same_transitions_inserts(
@@ -235,10 +221,10 @@ class IdempotencyFacts(FactGroup):
 
         assert store.jobs.apply(succeed(claimed, clock, enqueue=[successor])) is True
 
-        finished = _get(store, old)
+        finished = stored_job(store, old)
         assert finished.state is JobState.SUCCEEDED
         assert finished.idempotency_key == "k"
-        inserted = _get(store, successor.id)
+        inserted = stored_job(store, successor.id)
         assert inserted.state is JobState.ENQUEUED
         assert inserted.idempotency_key == "k"
         assert inserted.requeued_from == old

@@ -8,8 +8,14 @@ from typing import ClassVar
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
-from millrace_django.conformance.support import claim_one, enqueue, succeed
-from millrace_django.contract import LOG_LINE_CAP, JobDetails, JobLogLine, ProgressReport
+from millrace_django.conformance.support import (
+    claim_one,
+    enqueue,
+    job_details,
+    stored_job,
+    succeed,
+)
+from millrace_django.contract import LOG_LINE_CAP, JobLogLine, ProgressReport
 from millrace_django.contract.records import JobRecord
 
 
@@ -21,12 +27,6 @@ def _report(job: JobRecord, **fields: object) -> ProgressReport:
         attempt=job.attempt,
         **fields,  # type: ignore[arg-type]
     )
-
-
-def _details(store: StoreUnderTest, job: JobRecord) -> JobDetails:
-    details = store.monitoring.get_job_details(job.id)
-    assert details is not None
-    return details
 
 
 class ProgressFacts(FactGroup):
@@ -45,11 +45,10 @@ class ProgressFacts(FactGroup):
         report = _report(job, progress={"done": 5, "of": 10}, logs=[second])
         assert store.jobs.report_progress(report) is True
 
-        details = _details(store, job)
+        details = job_details(store, job.id)
         assert details.progress == {"done": 5, "of": 10}
         assert list(details.logs) == [first, second]
-        stored = store.jobs.get_job(job.id)
-        assert stored is not None and stored.progress == {"done": 5, "of": 10}
+        assert stored_job(store, job.id).progress == {"done": 5, "of": 10}
 
     def test_a_report_without_progress_keeps_the_stored_progress(
         self, store: StoreUnderTest, clock: FakeClock
@@ -60,7 +59,7 @@ class ProgressFacts(FactGroup):
         assert store.jobs.report_progress(_report(job, progress=0.5)) is True
         line = JobLogLine(at=clock.now(), message="still going")
         assert store.jobs.report_progress(_report(job, logs=[line])) is True
-        details = _details(store, job)
+        details = job_details(store, job.id)
         assert details.progress == 0.5
         assert list(details.logs) == [line]
 
@@ -81,7 +80,7 @@ class ProgressFacts(FactGroup):
         assert store.jobs.report_progress(wrong_attempt) is False
         assert store.jobs.apply(succeed(job, clock)) is True
         assert store.jobs.report_progress(_report(job, progress=1.0, logs=[line])) is False
-        details = _details(store, job)
+        details = job_details(store, job.id)
         assert details.progress is None
         assert list(details.logs) == []
 
@@ -97,7 +96,7 @@ class ProgressFacts(FactGroup):
         ]
         assert store.jobs.report_progress(_report(job, logs=lines[:30])) is True
         assert store.jobs.report_progress(_report(job, logs=lines[30:])) is True
-        assert list(_details(store, job).logs) == lines[-LOG_LINE_CAP:]
+        assert list(job_details(store, job.id).logs) == lines[-LOG_LINE_CAP:]
 
     def test_progress_and_logs_outlive_the_run_and_go_with_a_purge(
         self, store: StoreUnderTest, clock: FakeClock
@@ -108,7 +107,7 @@ class ProgressFacts(FactGroup):
         line = JobLogLine(at=clock.now(), message="done")
         assert store.jobs.report_progress(_report(job, progress=1.0, logs=[line])) is True
         assert store.jobs.apply(succeed(job, clock)) is True
-        details = _details(store, job)
+        details = job_details(store, job.id)
         assert (details.progress, list(details.logs)) == (1.0, [line])
         clock.advance(timedelta(days=1))
         assert store.jobs.purge_finished(clock.now(), 10) == 1

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any, ClassVar
@@ -15,9 +14,13 @@ from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
+    assert_same_invocation,
+    define_recurring,
     make_job,
     make_recurring,
     race,
+    stored_job,
+    stored_recurring,
 )
 from millrace_django.contract import (
     Invocation,
@@ -29,34 +32,12 @@ from millrace_django.contract import (
 )
 
 
-def _json(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=_plain))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    return list(value)
-
-
-def _stored(store: StoreUnderTest, recurring_id: str) -> RecurringRecord:
-    record = store.jobs.get_recurring(recurring_id)
-    assert record is not None, f"recurring definition {recurring_id!r} is missing"
-    return record
-
-
-def _assert_same_invocation(got: Invocation, expected: Invocation) -> None:
-    assert got.target == expected.target
-    assert _json(got.args) == _json(expected.args)
-    assert _json(got.kwargs) == _json(expected.kwargs)
-
-
 def _assert_same_recurring(got: RecurringRecord, expected: RecurringRecord) -> None:
     assert got.id == expected.id
     assert got.cron == expected.cron
     assert got.timezone == expected.timezone
     assert got.queue == expected.queue
-    _assert_same_invocation(got.invocation, expected.invocation)
+    assert_same_invocation(got.invocation, expected.invocation)
     assert got.next_fire_time == expected.next_fire_time
     assert got.created_at == expected.created_at
     assert got.updated_at == expected.updated_at
@@ -94,13 +75,12 @@ def _changed(record: RecurringRecord, clock: FakeClock, **fields: Any) -> Recurr
 
 def _upserted_then_fired(store: StoreUnderTest, clock: FakeClock) -> tuple[RecurringRecord, UUID]:
     """A stored definition that has fired once (so it has a last_fire_time) and its job."""
-    original = make_recurring(clock, priority=1)
-    store.jobs.upsert_recurring(original)
+    original = define_recurring(store, clock, priority=1)
     job = _fired_job(clock, original.id)
     fired_next = original.next_fire_time + timedelta(days=1)
     assert store.jobs.try_fire_recurring(original.id, original.next_fire_time, fired_next, job)
     clock.advance(timedelta(hours=1))
-    return _stored(store, original.id), job.id
+    return stored_recurring(store, original.id), job.id
 
 
 class RecurringFacts(FactGroup):
@@ -138,10 +118,10 @@ class RecurringFacts(FactGroup):
         store.jobs.upsert_recurring(full)
         store.jobs.upsert_recurring(bare)
 
-        _assert_same_recurring(_stored(store, full.id), full)
-        _assert_same_recurring(_stored(store, bare.id), bare)
-        assert _stored(store, bare.id).timezone == "UTC"
-        assert _stored(store, full.id).last_fire_time is None
+        _assert_same_recurring(stored_recurring(store, full.id), full)
+        _assert_same_recurring(stored_recurring(store, bare.id), bare)
+        assert stored_recurring(store, bare.id).timezone == "UTC"
+        assert stored_recurring(store, full.id).last_fire_time is None
         assert store.jobs.get_recurring("never-stored") is None
 
     def test_recurring_upsert_with_same_cron_preserves_next_fire_time(
@@ -160,7 +140,7 @@ class RecurringFacts(FactGroup):
             last_fire_time=before.last_fire_time,
             created_at=before.created_at,
         )
-        _assert_same_recurring(_stored(store, before.id), expected)
+        _assert_same_recurring(stored_recurring(store, before.id), expected)
 
     def test_recurring_upsert_with_changed_cron_takes_the_records_next_fire_time(
         self, store: StoreUnderTest, clock: FakeClock
@@ -178,7 +158,7 @@ class RecurringFacts(FactGroup):
             last_fire_time=before.last_fire_time,
             created_at=before.created_at,
         )
-        _assert_same_recurring(_stored(store, before.id), expected)
+        _assert_same_recurring(stored_recurring(store, before.id), expected)
         assert expected.next_fire_time != before.next_fire_time
 
     def test_recurring_upsert_with_a_changed_time_zone_takes_the_records_next_fire_time(
@@ -197,7 +177,7 @@ class RecurringFacts(FactGroup):
             last_fire_time=before.last_fire_time,
             created_at=before.created_at,
         )
-        _assert_same_recurring(_stored(store, before.id), expected)
+        _assert_same_recurring(stored_recurring(store, before.id), expected)
         assert expected.next_fire_time != before.next_fire_time
 
     def test_get_due_recurring_returns_due_only_within_batch_limit(
@@ -212,24 +192,21 @@ class RecurringFacts(FactGroup):
             "overdue-5": now - timedelta(minutes=5),
         }
         for recurring_id, fire_time in fire_times.items():
-            store.jobs.upsert_recurring(
-                make_recurring(clock, recurring_id, next_fire_time=fire_time)
-            )
+            define_recurring(store, clock, recurring_id, next_fire_time=fire_time)
 
         due = store.jobs.get_due_recurring(now, 10)
         assert [r.id for r in due] == ["overdue-10", "overdue-5", "due-now"]
         assert [r.next_fire_time for r in due] == [fire_times[r.id] for r in due]
         assert [r.id for r in store.jobs.get_due_recurring(now, 1)] == ["overdue-10"]
         assert [r.id for r in store.jobs.get_due_recurring(now, 2)] == ["overdue-10", "overdue-5"]
-        assert _stored(store, "overdue-10").next_fire_time == fire_times["overdue-10"]
-        assert _stored(store, "overdue-10").last_fire_time is None
+        assert stored_recurring(store, "overdue-10").next_fire_time == fire_times["overdue-10"]
+        assert stored_recurring(store, "overdue-10").last_fire_time is None
 
     def test_try_fire_cas_has_exactly_one_winner_and_one_enqueued_job(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """8 racers firing one occurrence: one wins, advances the definition, inserts one job."""
-        definition = make_recurring(clock)
-        store.jobs.upsert_recurring(definition)
+        definition = define_recurring(store, clock)
         expected = definition.next_fire_time
         for _ in range(ROUNDS):
             following = expected + timedelta(days=1)
@@ -242,7 +219,7 @@ class RecurringFacts(FactGroup):
 
             assert won.count(True) == 1, f"{won.count(True)} racers fired one occurrence"
             assert won.count(False) == RACERS - 1
-            stored = _stored(store, definition.id)
+            stored = stored_recurring(store, definition.id)
             assert stored.next_fire_time == following
             assert stored.last_fire_time == expected
             for job, fired in zip(jobs, won, strict=True):
@@ -259,8 +236,7 @@ class RecurringFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A fire whose expected time is not the stored next_fire_time changes nothing."""
-        definition = make_recurring(clock)
-        store.jobs.upsert_recurring(definition)
+        definition = define_recurring(store, clock)
         current = definition.next_fire_time
         following = current + timedelta(days=1)
 
@@ -268,7 +244,7 @@ class RecurringFacts(FactGroup):
             job = _fired_job(clock, definition.id)
             assert store.jobs.try_fire_recurring(definition.id, stale, following, job) is False
             assert store.jobs.get_job(job.id) is None
-        _assert_same_recurring(_stored(store, definition.id), definition)
+        _assert_same_recurring(stored_recurring(store, definition.id), definition)
 
         assert store.jobs.try_fire_recurring(
             definition.id, current, following, _fired_job(clock, definition.id)
@@ -277,7 +253,7 @@ class RecurringFacts(FactGroup):
         later = following + timedelta(days=1)
         assert store.jobs.try_fire_recurring(definition.id, current, later, replay) is False
         assert store.jobs.get_job(replay.id) is None
-        stored = _stored(store, definition.id)
+        stored = stored_recurring(store, definition.id)
         assert stored.next_fire_time == following
         assert stored.last_fire_time == current
 
@@ -285,7 +261,7 @@ class RecurringFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Firing an id that has no definition returns False and inserts nothing."""
-        store.jobs.upsert_recurring(make_recurring(clock, "known"))
+        define_recurring(store, clock, "known")
         job = _fired_job(clock, "unknown")
         expected = clock.now() + timedelta(hours=3)
 
@@ -310,16 +286,14 @@ class RecurringFacts(FactGroup):
             store.jobs.try_fire_recurring(before.id, before.next_fire_time, following, job) is False
         )
         assert store.jobs.get_job(job.id) is None
-        fired = store.jobs.get_job(fired_id)
-        assert fired is not None
-        assert fired.recurring_id == before.id
+        assert stored_job(store, fired_id).recurring_id == before.id
 
     def test_remove_recurring_reports_whether_the_definition_existed(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Remove returns True for a stored definition, False for an unknown or removed one."""
-        store.jobs.upsert_recurring(make_recurring(clock, "kept"))
-        store.jobs.upsert_recurring(make_recurring(clock, "doomed"))
+        define_recurring(store, clock, "kept")
+        define_recurring(store, clock, "doomed")
 
         assert store.jobs.remove_recurring("never-stored") is False
         assert store.jobs.remove_recurring("doomed") is True
@@ -331,8 +305,7 @@ class RecurringFacts(FactGroup):
     ) -> None:
         """A same-cron upsert racing 7 fires never rewinds or loses the fire: one fire wins."""
         for round_number in range(ROUNDS):
-            definition = make_recurring(clock, f"race-{round_number}")
-            store.jobs.upsert_recurring(definition)
+            definition = define_recurring(store, clock, f"race-{round_number}")
             expected = definition.next_fire_time
             following = expected + timedelta(days=1)
             clock.advance(timedelta(minutes=1))
@@ -350,7 +323,7 @@ class RecurringFacts(FactGroup):
             won = outcomes[:upsert_at] + outcomes[upsert_at + 1 :]
 
             assert won.count(True) == 1, f"{won.count(True)} fires won one occurrence"
-            stored = _stored(store, definition.id)
+            stored = stored_recurring(store, definition.id)
             assert stored.next_fire_time == following, "the next fire time was rewound"
             assert stored.last_fire_time == expected
             assert stored.queue == update.queue

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any, ClassVar
-from uuid import UUID
+from typing import ClassVar
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
@@ -16,12 +14,15 @@ from millrace_django.conformance.support import (
     LEASE,
     RACERS,
     ROUNDS,
+    as_json,
+    assert_same_invocation,
     claim,
     claim_one,
     enqueue,
     make_instance,
     make_job,
     race,
+    stored_job,
     succeed,
 )
 from millrace_django.contract import (
@@ -32,23 +33,6 @@ from millrace_django.contract import (
     RetrySpec,
 )
 from millrace_django.ids import new_id
-
-
-def _stored(store: StoreUnderTest, job_id: UUID) -> JobRecord:
-    job = store.jobs.get_job(job_id)
-    assert job is not None, f"job {job_id} is missing"
-    return job
-
-
-def _json(value: Any) -> Any:
-    """``value`` as plain JSON data (sequences as lists, mappings as dicts)."""
-    return json.loads(json.dumps(value, default=_plain))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return dict(value)
-    return list(value)
 
 
 def _assert_same_job(got: JobRecord, expected: JobRecord) -> None:
@@ -74,13 +58,11 @@ def _assert_same_job(got: JobRecord, expected: JobRecord) -> None:
     assert got.trace_parent == expected.trace_parent
     assert got.recurring_id == expected.recurring_id
     assert got.last_error == expected.last_error
-    assert _json(got.result) == _json(expected.result)
+    assert as_json(got.result) == as_json(expected.result)
     assert got.finished_at == expected.finished_at
     assert got.workflow_instance_id == expected.workflow_instance_id
     assert got.activity_node_id == expected.activity_node_id
-    assert got.invocation.target == expected.invocation.target
-    assert _json(got.invocation.args) == _json(expected.invocation.args)
-    assert _json(got.invocation.kwargs) == _json(expected.invocation.kwargs)
+    assert_same_invocation(got.invocation, expected.invocation)
     for instant in (got.created_at, got.due_at):
         assert instant is None or instant.utcoffset() == timedelta(0), "times must be aware UTC"
 
@@ -98,13 +80,13 @@ class RenewalFacts(FactGroup):
 
         assert store.jobs.renew_leases("w1", [job_id], LEASE) == {job_id}
         renewed_until = clock.now() + LEASE
-        assert _stored(store, job_id).lease_until == renewed_until
+        assert stored_job(store, job_id).lease_until == renewed_until
 
         clock.advance(timedelta(minutes=2))
         assert claim(store, "w2") == []
         clock.set(renewed_until - timedelta(seconds=1))
         assert claim(store, "w2") == []
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.PROCESSING
         assert stored.worker_id == "w1"
         assert stored.attempt == 1
@@ -122,7 +104,7 @@ class RenewalFacts(FactGroup):
 
         assert store.jobs.renew_leases("w1", [job_id], LEASE) == {job_id}
         assert claim(store, "w2") == []
-        stored = _stored(store, job_id)
+        stored = stored_job(store, job_id)
         assert stored.state is JobState.PROCESSING
         assert stored.worker_id == "w1"
         assert stored.attempt == 1
@@ -155,7 +137,7 @@ class RenewalFacts(FactGroup):
                     renewed += bool(result)
                 else:
                     claimed += _claimed(result)
-            stored = _stored(store, job_id)
+            stored = stored_job(store, job_id)
             assert stored.state is JobState.PROCESSING
             if claimed:
                 assert len(claimed) == 1, "two workers reclaimed the same lease"
@@ -214,7 +196,7 @@ class RenewalFacts(FactGroup):
         assert store.jobs.enqueue([full, bare, awaiting]) == [full.id, bare.id, awaiting.id]
 
         for expected in (full, bare, awaiting):
-            _assert_same_job(_stored(store, expected.id), expected)
+            _assert_same_job(stored_job(store, expected.id), expected)
         assert store.jobs.get_job(new_id(clock)) is None
 
     def test_renew_excludes_jobs_reclaimed_by_another_worker(
@@ -235,14 +217,14 @@ class RenewalFacts(FactGroup):
         ids = [lost_id, kept_id, done_id, new_id(clock)]
         assert store.jobs.renew_leases("w1", ids, LEASE) == {kept_id}
 
-        lost = _stored(store, lost_id)
+        lost = stored_job(store, lost_id)
         assert lost.worker_id == "w2"
         assert lost.attempt == 2
         assert lost.lease_until == stolen_until
-        kept = _stored(store, kept_id)
+        kept = stored_job(store, kept_id)
         assert kept.worker_id == "w1"
         assert kept.lease_until == clock.now() + LEASE
-        done = _stored(store, done_id)
+        done = stored_job(store, done_id)
         assert done.state is JobState.SUCCEEDED
         assert done.lease_until is None
         assert done.worker_id is None

@@ -14,6 +14,7 @@ from millrace_django.conformance.support import (
     die,
     enqueue,
     fail,
+    job_details,
     release,
     succeed,
     transition,
@@ -22,7 +23,6 @@ from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
     AttemptOutcome,
     JobAttempt,
-    JobDetails,
     JobState,
     RetryKind,
     RetrySpec,
@@ -31,14 +31,8 @@ from millrace_django.contract import (
 _RETRYING = RetrySpec(kind=RetryKind.FIXED, max_attempts=50, base_delay=timedelta(seconds=1))
 
 
-def _details(store: StoreUnderTest, job_id: UUID) -> JobDetails:
-    details = store.monitoring.get_job_details(job_id)
-    assert details is not None
-    return details
-
-
 def _history(store: StoreUnderTest, job_id: UUID) -> list[JobAttempt]:
-    return list(_details(store, job_id).attempts)
+    return list(job_details(store, job_id).attempts)
 
 
 class AttemptHistoryFacts(FactGroup):
@@ -72,7 +66,7 @@ class AttemptHistoryFacts(FactGroup):
                 error="kaboom",
             )
         ]
-        details = _details(store, job_id)
+        details = job_details(store, job_id)
         assert (details.summary.failures, details.last_error) == (1, "kaboom")
 
     def test_an_expired_lease_records_an_interruption_rather_than_a_failure(
@@ -85,7 +79,7 @@ class AttemptHistoryFacts(FactGroup):
         assert _history(store, job_id) == [], "nothing is recorded until the job is reclaimed"
         reclaimed_at = clock.advance(timedelta(seconds=1))
         claim_one(store, "w2")
-        details = _details(store, job_id)
+        details = job_details(store, job_id)
         assert list(details.attempts) == [
             JobAttempt(
                 attempt=1,
@@ -117,7 +111,7 @@ class AttemptHistoryFacts(FactGroup):
                 error=None,
             )
         ]
-        assert _details(store, job_id).summary.failures == 0
+        assert job_details(store, job_id).summary.failures == 0
 
     def test_attempt_history_is_newest_first_and_capped_without_distorting_the_counters(
         self, store: StoreUnderTest, clock: FakeClock
@@ -133,7 +127,7 @@ class AttemptHistoryFacts(FactGroup):
             )
             clock.advance(timedelta(seconds=1))
             assert store.jobs.activate_due(clock.now(), 10) == 1
-        details = _details(store, job_id)
+        details = job_details(store, job_id)
         kept = range(total, total - ATTEMPT_HISTORY_CAP, -1)
         assert [(a.attempt, a.error, a.worker_id) for a in details.attempts] == [
             (n, f"failure {n}", f"w{n}") for n in kept

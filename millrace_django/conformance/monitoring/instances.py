@@ -5,20 +5,18 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
-from uuid import UUID
 
 import pytest
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
-from millrace_django.conformance.support import make_instance, make_recurring
+from millrace_django.conformance.support import ids_of, make_instance, recurring_cursor
 from millrace_django.contract import (
     InstanceQuery,
     InstanceState,
     InstanceSummary,
     Page,
-    RecurringQuery,
     TenantFilter,
     WorkflowInstanceRecord,
 )
@@ -27,10 +25,6 @@ from millrace_django.errors import InvalidCursor
 
 def _query(store: StoreUnderTest, **fields: Any) -> Page[InstanceSummary]:
     return store.monitoring.query_instances(InstanceQuery(**fields))
-
-
-def _ids(page: Page[InstanceSummary]) -> list[UUID]:
-    return [item.id for item in page.items]
 
 
 def _start(store: StoreUnderTest, clock: FakeClock, **fields: Any) -> WorkflowInstanceRecord:
@@ -82,13 +76,13 @@ class InstanceQueryFacts(FactGroup):
         second = _query(store, definition_id="order", limit=2, cursor=first.next_cursor)
         assert list(second.items) == [_summary(orders[2])]
         assert second.next_cursor is None
-        assert _ids(_query(store)) == [i.id for i in started[::-1]]
+        assert ids_of(_query(store)) == [i.id for i in started[::-1]]
         moved = _move(store, clock, orders[0], data={"step": 1})
         assert list(_query(store, definition_id="order", limit=1).items) == [_summary(moved)]
         range_page = _query(
             store, created_after=started[1].created_at, created_before=started[3].created_at
         )
-        assert _ids(range_page) == [started[2].id, started[1].id]
+        assert ids_of(range_page) == [started[2].id, started[1].id]
 
     def test_instance_version_filter_requires_a_definition_id(
         self, store: StoreUnderTest, clock: FakeClock
@@ -98,11 +92,11 @@ class InstanceQueryFacts(FactGroup):
         order_v2 = _start(store, clock, definition_id="order", definition_version=2)
         invoice_v2 = _start(store, clock, definition_id="invoice", definition_version=2)
         everything = [invoice_v2.id, order_v2.id, order_v1.id]
-        assert _ids(_query(store, definition_version=1)) == everything
-        assert _ids(_query(store, definition_id="order", definition_version=2)) == [order_v2.id]
-        assert _ids(_query(store, definition_id="order")) == [order_v2.id, order_v1.id]
-        assert _ids(_query(store, definition_id="order", definition_version=3)) == []
-        assert _ids(_query(store, definition_id="refund")) == []
+        assert ids_of(_query(store, definition_version=1)) == everything
+        assert ids_of(_query(store, definition_id="order", definition_version=2)) == [order_v2.id]
+        assert ids_of(_query(store, definition_id="order")) == [order_v2.id, order_v1.id]
+        assert ids_of(_query(store, definition_id="order", definition_version=3)) == []
+        assert ids_of(_query(store, definition_id="refund")) == []
 
     def test_instance_state_filter_selects_only_those_states(
         self, store: StoreUnderTest, clock: FakeClock
@@ -119,9 +113,9 @@ class InstanceQueryFacts(FactGroup):
             {InstanceState.FAILED, InstanceState.COMPENSATED, InstanceState.CANCELLED},
         ):
             page = _query(store, states=frozenset(chosen))
-            assert _ids(page) == [i.id for state, i in newest_first if state in chosen]
+            assert ids_of(page) == [i.id for state, i in newest_first if state in chosen]
             assert {item.state for item in page.items} == chosen
-        assert _ids(_query(store, states=frozenset())) == [i.id for _, i in newest_first]
+        assert ids_of(_query(store, states=frozenset())) == [i.id for _, i in newest_first]
 
     def test_instance_tenant_filter_distinguishes_any_from_untenanted(
         self, store: StoreUnderTest, clock: FakeClock
@@ -131,12 +125,12 @@ class InstanceQueryFacts(FactGroup):
             _start(store, clock, tenant_id=tenant) for tenant in (None, "acme", None, "globex")
         ]
         newest_first = started[::-1]
-        assert _ids(_query(store, tenant=TenantFilter.any())) == [i.id for i in newest_first]
-        assert _ids(_query(store, tenant=TenantFilter.untenanted())) == [
+        assert ids_of(_query(store, tenant=TenantFilter.any())) == [i.id for i in newest_first]
+        assert ids_of(_query(store, tenant=TenantFilter.untenanted())) == [
             i.id for i in newest_first if i.tenant_id is None
         ]
-        assert _ids(_query(store, tenant=TenantFilter.of("acme"))) == [started[1].id]
-        assert _ids(_query(store, tenant=TenantFilter.of("initech"))) == []
+        assert ids_of(_query(store, tenant=TenantFilter.of("acme"))) == [started[1].id]
+        assert ids_of(_query(store, tenant=TenantFilter.of("initech"))) == []
 
     @pytest.mark.parametrize("cursor", ["not-a-cursor", "%%%", ""])
     def test_instance_queries_reject_an_undecodable_cursor(
@@ -154,9 +148,6 @@ class InstanceQueryFacts(FactGroup):
         """A cursor of the recurring query is rejected by the instance query."""
         _start(store, clock)
         _start(store, clock)
-        store.jobs.upsert_recurring(make_recurring(clock, "first"))
-        store.jobs.upsert_recurring(make_recurring(clock, "second"))
-        page = store.monitoring.query_recurring(RecurringQuery(limit=1))
-        assert page.next_cursor is not None
+        cursor = recurring_cursor(store, clock)
         with pytest.raises(InvalidCursor):
-            _query(store, cursor=page.next_cursor, limit=1)
+            _query(store, cursor=cursor, limit=1)

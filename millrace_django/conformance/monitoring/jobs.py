@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -18,10 +17,13 @@ from millrace_django.conformance.support import (
     die,
     enqueue,
     fail,
+    ids_of,
+    job_details,
     make_instance,
     make_job,
-    make_recurring,
+    recurring_cursor,
     succeed,
+    walk_pages,
 )
 from millrace_django.contract import (
     DEFAULT_PAGE_SIZE,
@@ -32,7 +34,6 @@ from millrace_django.contract import (
     JobState,
     JobSummary,
     Page,
-    RecurringQuery,
     RetryKind,
     RetrySpec,
     TenantFilter,
@@ -45,23 +46,6 @@ UNDECODABLE_CURSORS = ["not-a-cursor", "!!not-a-cursor!!", "%%%", " ", "a"]
 
 def _query(store: StoreUnderTest, **fields: Any) -> Page[JobSummary]:
     return store.monitoring.query_jobs(JobQuery(**fields))
-
-
-def _ids(page: Page[JobSummary]) -> list[UUID]:
-    return [item.id for item in page.items]
-
-
-def _walk(store: StoreUnderTest, query: JobQuery) -> list[list[UUID]]:
-    """Every page of ``query`` from the first, as lists of ids."""
-    pages: list[list[UUID]] = []
-    cursor: str | None = None
-    for _ in range(100):
-        page = store.monitoring.query_jobs(replace(query, cursor=cursor))
-        pages.append(_ids(page))
-        if page.next_cursor is None:
-            return pages
-        cursor = page.next_cursor
-    raise AssertionError("paging did not end within 100 pages")
 
 
 def _seed_with_ties(store: StoreUnderTest, clock: FakeClock, count: int) -> list[UUID]:
@@ -122,14 +106,14 @@ class JobQueryFacts(FactGroup):
         clock.advance(timedelta(seconds=1))
         newest = enqueue(store, clock, queue="other")
         tied = _seed_with_ties(store, clock, 2)
-        assert _ids(_query(store)) == [*tied, newest, middle, oldest]
+        assert ids_of(_query(store)) == [*tied, newest, middle, oldest]
 
     def test_paging_walks_every_row_exactly_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Paging walks every row exactly once, in order, ties on created_at included."""
         expected = _seed_with_ties(store, clock, 10)
-        pages = _walk(store, JobQuery(limit=3))
+        pages = walk_pages(store.monitoring.query_jobs, JobQuery(limit=3))
         assert [len(page) for page in pages] == [3, 3, 3, 1]
         assert [job_id for page in pages for job_id in page] == expected
 
@@ -139,7 +123,7 @@ class JobQueryFacts(FactGroup):
         first = _query(store, limit=3)
         assert first.next_cursor is not None
         last = _query(store, limit=3, cursor=first.next_cursor)
-        assert _ids(first) + _ids(last) == expected
+        assert ids_of(first) + ids_of(last) == expected
         assert last.next_cursor is None
         assert _query(store, limit=6).next_cursor is None
         assert _query(store, limit=7).next_cursor is None
@@ -161,7 +145,7 @@ class JobQueryFacts(FactGroup):
         expected = _seed_with_ties(store, clock, 10)
         seen: list[UUID] = []
         page = _query(store, limit=3)
-        seen += _ids(page)
+        seen += ids_of(page)
         for job_id in expected[::2]:
             assert store.jobs.try_cancel(job_id)
         clock.advance(timedelta(seconds=1))
@@ -169,7 +153,7 @@ class JobQueryFacts(FactGroup):
         claim_one(store, max_count=1)
         while page.next_cursor is not None:
             page = _query(store, limit=3, cursor=page.next_cursor)
-            seen += _ids(page)
+            seen += ids_of(page)
             clock.advance(timedelta(seconds=1))
             enqueue(store, clock)
             assert len(seen) <= len(expected), "paging repeated rows"
@@ -189,12 +173,9 @@ class JobQueryFacts(FactGroup):
     ) -> None:
         """A cursor of the recurring query is rejected by the job query."""
         _seed_with_ties(store, clock, 4)
-        store.jobs.upsert_recurring(make_recurring(clock, "first"))
-        store.jobs.upsert_recurring(make_recurring(clock, "second"))
-        page = store.monitoring.query_recurring(RecurringQuery(limit=1))
-        assert page.next_cursor is not None
+        cursor = recurring_cursor(store, clock)
         with pytest.raises(InvalidCursor):
-            _query(store, cursor=page.next_cursor, limit=2)
+            _query(store, cursor=cursor, limit=2)
 
     def test_limit_is_clamped_never_rejected(self, store: StoreUnderTest, clock: FakeClock) -> None:
         """Limit is clamped, never rejected (below one: the default; above the max: the max)."""
@@ -222,7 +203,7 @@ class JobQueryFacts(FactGroup):
             {JobState.PROCESSING, JobState.SCHEDULED, JobState.DEAD},
         ):
             page = _query(store, states=frozenset(chosen))
-            assert _ids(page) == [job_id for state, job_id in newest_first if state in chosen]
+            assert ids_of(page) == [job_id for state, job_id in newest_first if state in chosen]
             assert {item.state for item in page.items} == chosen
 
     def test_empty_state_list_means_any_state(
@@ -231,7 +212,7 @@ class JobQueryFacts(FactGroup):
         """Empty state list means any state."""
         made = _one_job_in_each_state(store, clock)
         page = _query(store, states=frozenset())
-        assert _ids(page) == [job_id for _, job_id in made[::-1]]
+        assert ids_of(page) == [job_id for _, job_id in made[::-1]]
         assert [item.state for item in page.items] == [state for state, _ in made[::-1]]
 
     def test_queue_and_created_range_filters_combine_with_and(
@@ -246,11 +227,11 @@ class JobQueryFacts(FactGroup):
             clock.advance(timedelta(seconds=1))
         after, before = start + timedelta(seconds=1), start + timedelta(seconds=3)
         page = _query(store, queue="mail", created_after=after, created_before=before)
-        assert _ids(page) == [i for s, q, i in rows[::-1] if q == "mail" and 1 <= s < 3]
+        assert ids_of(page) == [i for s, q, i in rows[::-1] if q == "mail" and 1 <= s < 3]
         only_after = _query(store, queue="billing", created_after=after)
-        assert _ids(only_after) == [i for s, q, i in rows[::-1] if q == "billing" and s >= 1]
+        assert ids_of(only_after) == [i for s, q, i in rows[::-1] if q == "billing" and s >= 1]
         only_before = _query(store, created_before=before, states=frozenset({JobState.ENQUEUED}))
-        assert _ids(only_before) == [i for s, _, i in rows[::-1] if s < 3]
+        assert ids_of(only_before) == [i for s, _, i in rows[::-1] if s < 3]
 
     def test_created_range_is_lower_inclusive_and_upper_exclusive(
         self, store: StoreUnderTest, clock: FakeClock
@@ -262,12 +243,12 @@ class JobQueryFacts(FactGroup):
         second = enqueue(store, clock)
         t2 = clock.advance(timedelta(seconds=1))
         third = enqueue(store, clock)
-        assert _ids(_query(store, created_after=t1, created_before=t2)) == [second]
-        assert _ids(_query(store, created_after=t1)) == [third, second]
-        assert _ids(_query(store, created_before=t1)) == [first]
-        assert _ids(_query(store, created_after=t0, created_before=t0)) == []
+        assert ids_of(_query(store, created_after=t1, created_before=t2)) == [second]
+        assert ids_of(_query(store, created_after=t1)) == [third, second]
+        assert ids_of(_query(store, created_before=t1)) == [first]
+        assert ids_of(_query(store, created_after=t0, created_before=t0)) == []
         micro = timedelta(microseconds=1)
-        assert _ids(_query(store, created_after=t1 + micro, created_before=t2 + micro)) == [third]
+        assert ids_of(_query(store, created_after=t1 + micro, created_before=t2 + micro)) == [third]
 
     def test_tenant_filter_distinguishes_any_from_untenanted(
         self, store: StoreUnderTest, clock: FakeClock
@@ -278,9 +259,9 @@ class JobQueryFacts(FactGroup):
             clock.advance(timedelta(seconds=1))
             by_tenant[tenant].insert(0, enqueue(store, clock, tenant_id=tenant))
         assert len(_query(store, tenant=TenantFilter.any()).items) == 5
-        assert _ids(_query(store, tenant=TenantFilter.untenanted())) == by_tenant[None]
-        assert _ids(_query(store, tenant=TenantFilter.of("acme"))) == by_tenant["acme"]
-        assert _ids(_query(store, tenant=TenantFilter.of("initech"))) == []
+        assert ids_of(_query(store, tenant=TenantFilter.untenanted())) == by_tenant[None]
+        assert ids_of(_query(store, tenant=TenantFilter.of("acme"))) == by_tenant["acme"]
+        assert ids_of(_query(store, tenant=TenantFilter.of("initech"))) == []
         page = _query(store, tenant=TenantFilter.of("acme"))
         assert {item.tenant_id for item in page.items} == {"acme"}
 
@@ -331,8 +312,7 @@ class JobQueryFacts(FactGroup):
         clock.advance(timedelta(seconds=1))
         claim_one(store, "w9", queues=["shipping"])
         assert store.jobs.try_cancel(job_id)
-        details = store.monitoring.get_job_details(job_id)
-        assert details is not None
+        details = job_details(store, job_id)
         assert details.summary == JobSummary(
             id=job_id,
             queue="shipping",

@@ -14,16 +14,20 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     claim_one,
+    define_recurring,
     die,
     enqueue,
+    ids_of,
+    job_cursor,
     make_job,
     make_recurring,
+    stored_recurring,
     succeed,
+    walk_pages,
 )
 from millrace_django.contract import (
     DEFAULT_PAGE_SIZE,
     Invocation,
-    JobQuery,
     JobState,
     Page,
     RecurringQuery,
@@ -39,36 +43,14 @@ def _query(store: StoreUnderTest, **fields: Any) -> Page[RecurringSummary]:
     return store.monitoring.query_recurring(RecurringQuery(**fields))
 
 
-def _ids(page: Page[RecurringSummary]) -> list[str]:
-    return [item.id for item in page.items]
-
-
 def _only(store: StoreUnderTest, recurring_id: str) -> RecurringSummary:
     (summary,) = [s for s in _query(store).items if s.id == recurring_id]
     return summary
 
 
-def _walk(store: StoreUnderTest, query: RecurringQuery) -> list[list[str]]:
-    """Every page of ``query`` from the first, as lists of ids."""
-    pages: list[list[str]] = []
-    cursor: str | None = None
-    for _ in range(100):
-        page = store.monitoring.query_recurring(replace(query, cursor=cursor))
-        pages.append(_ids(page))
-        if page.next_cursor is None:
-            return pages
-        cursor = page.next_cursor
-    raise AssertionError("paging did not end within 100 pages")
-
-
-def _define(store: StoreUnderTest, clock: FakeClock, recurring_id: str, **fields: Any) -> None:
-    store.jobs.upsert_recurring(make_recurring(clock, recurring_id, **fields))
-
-
 def _fire(store: StoreUnderTest, clock: FakeClock, recurring_id: str, queue: str) -> UUID:
     """Fire the definition at its due time, inserting a job in ``queue``; the job's id."""
-    record = store.jobs.get_recurring(recurring_id)
-    assert record is not None
+    record = stored_recurring(store, recurring_id)
     clock.set(max(clock.now(), record.next_fire_time))
     job = make_job(clock, queue=queue, recurring_id=recurring_id)
     fired = store.jobs.try_fire_recurring(
@@ -87,15 +69,17 @@ class RecurringQueryFacts(FactGroup):
         """Recurring definitions are ordered soonest first."""
         now = clock.now()
         for recurring_id, hours in (("a-late", 3), ("b-soon", 1), ("c-middle", 2), ("d-due", 0)):
-            _define(store, clock, recurring_id, next_fire_time=now + timedelta(hours=hours))
+            define_recurring(
+                store, clock, recurring_id, next_fire_time=now + timedelta(hours=hours)
+            )
             clock.advance(timedelta(seconds=1))
-        assert _ids(_query(store)) == ["d-due", "b-soon", "c-middle", "a-late"]
+        assert ids_of(_query(store)) == ["d-due", "b-soon", "c-middle", "a-late"]
 
     def test_a_definition_that_has_never_fired_reports_no_last_outcome(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A definition that has never fired reports no last outcome."""
-        _define(store, clock, "nightly")
+        define_recurring(store, clock, "nightly")
         enqueue(store, clock, recurring_id="nightly-report")
         enqueue(store, clock)
         summary = _only(store, "nightly")
@@ -105,8 +89,8 @@ class RecurringQueryFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """The last outcome is the state of the most recently created fired job."""
-        _define(store, clock, "nightly")
-        _define(store, clock, "hourly", next_fire_time=clock.now() + timedelta(days=30))
+        define_recurring(store, clock, "nightly")
+        define_recurring(store, clock, "hourly", next_fire_time=clock.now() + timedelta(days=30))
         older = _fire(store, clock, "nightly", "first")
         clock.advance(timedelta(minutes=1))
         newer = _fire(store, clock, "nightly", "second")
@@ -127,7 +111,7 @@ class RecurringQueryFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A running occurrence outranks an earlier success."""
-        _define(store, clock, "nightly")
+        define_recurring(store, clock, "nightly")
         earlier = _fire(store, clock, "nightly", "first")
         clock.advance(timedelta(minutes=1))
         running = _fire(store, clock, "nightly", "second")
@@ -144,16 +128,16 @@ class RecurringQueryFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """The link to a definition survives the definition being removed."""
-        _define(store, clock, "nightly")
+        define_recurring(store, clock, "nightly")
         fired = _fire(store, clock, "nightly", "default")
         assert store.jobs.remove_recurring("nightly")
-        assert _ids(_query(store)) == []
+        assert ids_of(_query(store)) == []
         job = store.jobs.get_job(fired)
         details = store.monitoring.get_job_details(fired)
         assert job is not None
         assert details is not None
         assert (job.recurring_id, details.recurring_id) == ("nightly", "nightly")
-        _define(store, clock, "nightly")
+        define_recurring(store, clock, "nightly")
         summary = _only(store, "nightly")
         assert (summary.last_outcome, summary.last_job_id) == (JobState.ENQUEUED, fired)
 
@@ -164,8 +148,10 @@ class RecurringQueryFacts(FactGroup):
         now = clock.now()
         hours = {"g": 1, "c": 5, "a": 3, "f": 3, "b": 1, "e": 2, "d": 3}
         for recurring_id, offset in hours.items():
-            _define(store, clock, recurring_id, next_fire_time=now + timedelta(hours=offset))
-        pages = _walk(store, RecurringQuery(limit=2))
+            define_recurring(
+                store, clock, recurring_id, next_fire_time=now + timedelta(hours=offset)
+            )
+        pages = walk_pages(store.monitoring.query_recurring, RecurringQuery(limit=2))
         assert [len(page) for page in pages] == [2, 2, 2, 1]
         walked = [recurring_id for page in pages for recurring_id in page]
         assert walked == sorted(hours, key=lambda r: (hours[r], r))
@@ -176,12 +162,12 @@ class RecurringQueryFacts(FactGroup):
         """Recurring ties on fire time break by id, also across pages."""
         due = clock.now() + timedelta(hours=1)
         for recurring_id in ("zebra", "alpha", "mango"):
-            _define(store, clock, recurring_id, next_fire_time=due)
+            define_recurring(store, clock, recurring_id, next_fire_time=due)
             clock.advance(timedelta(seconds=1))
-        _define(store, clock, "aardvark", next_fire_time=due + timedelta(seconds=1))
+        define_recurring(store, clock, "aardvark", next_fire_time=due + timedelta(seconds=1))
         expected = ["alpha", "mango", "zebra", "aardvark"]
-        assert _ids(_query(store)) == expected
-        assert _walk(store, RecurringQuery(limit=1)) == [
+        assert ids_of(_query(store)) == expected
+        assert walk_pages(store.monitoring.query_recurring, RecurringQuery(limit=1)) == [
             [recurring_id] for recurring_id in expected
         ]
 
@@ -193,7 +179,7 @@ class RecurringQueryFacts(FactGroup):
         for n, (queue, tenant) in enumerate(
             [("mail", "acme"), ("mail", None), ("default", "acme"), ("default", None)]
         ):
-            _define(
+            define_recurring(
                 store,
                 clock,
                 f"r{n}",
@@ -201,17 +187,17 @@ class RecurringQueryFacts(FactGroup):
                 tenant_id=tenant,
                 next_fire_time=now + timedelta(minutes=n),
             )
-        assert _ids(_query(store, queue="mail")) == ["r0", "r1"]
-        assert _ids(_query(store, tenant=TenantFilter.of("acme"))) == ["r0", "r2"]
-        assert _ids(_query(store, tenant=TenantFilter.untenanted())) == ["r1", "r3"]
-        assert _ids(_query(store, tenant=TenantFilter.any())) == ["r0", "r1", "r2", "r3"]
-        assert _ids(_query(store, queue="mail", tenant=TenantFilter.of("acme"))) == ["r0"]
-        assert _ids(_query(store, tenant=TenantFilter.of("globex"))) == []
+        assert ids_of(_query(store, queue="mail")) == ["r0", "r1"]
+        assert ids_of(_query(store, tenant=TenantFilter.of("acme"))) == ["r0", "r2"]
+        assert ids_of(_query(store, tenant=TenantFilter.untenanted())) == ["r1", "r3"]
+        assert ids_of(_query(store, tenant=TenantFilter.any())) == ["r0", "r1", "r2", "r3"]
+        assert ids_of(_query(store, queue="mail", tenant=TenantFilter.of("acme"))) == ["r0"]
+        assert ids_of(_query(store, tenant=TenantFilter.of("globex"))) == []
         for limit in (0, -5, 10_000):
             page = _query(store, limit=limit)
-            assert (_ids(page), page.next_cursor) == (["r0", "r1", "r2", "r3"], None)
+            assert (ids_of(page), page.next_cursor) == (["r0", "r1", "r2", "r3"], None)
         for n in range(4, DEFAULT_PAGE_SIZE + 1):
-            _define(store, clock, f"r{n}", next_fire_time=now + timedelta(minutes=n))
+            define_recurring(store, clock, f"r{n}", next_fire_time=now + timedelta(minutes=n))
         page = _query(store, limit=0)
         assert len(page.items) == DEFAULT_PAGE_SIZE
         assert page.next_cursor is not None
@@ -221,8 +207,8 @@ class RecurringQueryFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock, cursor: str
     ) -> None:
         """Recurring rejects an undecodable cursor."""
-        _define(store, clock, "first")
-        _define(store, clock, "second")
+        define_recurring(store, clock, "first")
+        define_recurring(store, clock, "second")
         with pytest.raises(InvalidCursor):
             _query(store, cursor=cursor, limit=1)
 
@@ -230,14 +216,11 @@ class RecurringQueryFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A cursor of the job query is rejected by the recurring query."""
-        _define(store, clock, "first")
-        _define(store, clock, "second")
-        enqueue(store, clock)
-        enqueue(store, clock)
-        page = store.monitoring.query_jobs(JobQuery(limit=1))
-        assert page.next_cursor is not None
+        define_recurring(store, clock, "first")
+        define_recurring(store, clock, "second")
+        cursor = job_cursor(store, clock)
         with pytest.raises(InvalidCursor):
-            _query(store, cursor=page.next_cursor, limit=1)
+            _query(store, cursor=cursor, limit=1)
 
     def test_recurring_summary_carries_schedule_fields_and_no_outcome(
         self, store: StoreUnderTest, clock: FakeClock

@@ -13,6 +13,7 @@ from millrace_django.conformance.support import (
     claim_one,
     enqueue,
     fail,
+    job_details,
     make_instance,
     make_recurring,
 )
@@ -30,9 +31,7 @@ from millrace_django.contract import (
 
 def _summary(store: StoreUnderTest, job_id: UUID) -> JobSummary:
     (summary,) = [s for s in store.monitoring.query_jobs(JobQuery()).items if s.id == job_id]
-    details = store.monitoring.get_job_details(job_id)
-    assert details is not None
-    assert details.summary == summary
+    assert job_details(store, job_id).summary == summary
     return summary
 
 
