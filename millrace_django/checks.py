@@ -17,7 +17,18 @@ def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
     try:
-        parse_settings(getattr(settings, "MILLRACE", None), settings.DATABASES.keys())
+        parsed = parse_settings(getattr(settings, "MILLRACE", None), settings.DATABASES.keys())
     except InvalidSettings as invalid:
         return [Error(p.message, hint=p.hint, id=p.id) for p in invalid.problems]
-    return []
+    if parsed.storage != "orm":
+        return []
+    from millrace_django.storage.orm import configuration_problems
+
+    return [
+        Error(
+            problem,
+            hint="See docs/storage.md, 'Settings each vendor needs'.",
+            id="millrace.E008",
+        )
+        for problem in configuration_problems(parsed.database)
+    ]

@@ -1,7 +1,8 @@
 """Time-ordered (UUIDv7, RFC 9562) ids minted from the injected clock.
 
 Ids sort by creation time, so indexes on them stay append-mostly. Within one millisecond
-a 12-bit counter keeps ids from one process strictly increasing.
+a 12-bit counter keeps ids from one process strictly increasing. An id always carries its
+clock's time: a clock behind the last one minted (another clock, in tests) starts afresh.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ def new_id(clock: Clock) -> UUID:
     global _last_ms, _counter
     ms = int(clock.now().timestamp() * 1000)
     with _lock:
-        if ms <= _last_ms:
+        if _last_ms - 1 <= ms <= _last_ms:  # this millisecond, or one borrowed after it
             ms = _last_ms
             _counter += 1
-            if _counter > 0xFFF:
+            if _counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
                 ms += 1
                 _counter = 0
         else:

@@ -13,13 +13,22 @@ production. Time only moves when the test moves it. Works without Django::
 
 Not modelled: leases and heartbeats, timeouts, cancellation of a running job,
 shutdown, concurrency. Those belong to the worker and have its own tests.
+
+Under Django, :meth:`JobRunner.for_project` builds a runner from ``settings.MILLRACE``,
+:func:`project_runner` installs one for a block (following setting overrides), and
+:class:`JobRunnerMixin` does it for each test of a ``TestCase``; the pytest plugin
+``millrace_django.pytest_plugin`` offers the ``millrace`` fixture. The runner's clock
+follows freezegun while a freezegun time is active (:class:`FreezegunClock`), so a job
+reading ``timezone.now()`` and the engine agree on "now".
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 from uuid import UUID
 
 from millrace_django.clock import FakeClock
@@ -72,10 +81,60 @@ class RunawayJobs(MillraceError):
     """Jobs were still claimable after :data:`MAX_PASSES` rounds."""
 
 
+class FreezegunClock(FakeClock):
+    """A :class:`FakeClock` that follows freezegun while a frozen time is active.
+
+    With freezegun active, :meth:`now` is freezegun's frozen time and :meth:`advance` /
+    :meth:`set` move freezegun's time, so code reading ``timezone.now()`` and the engine
+    see the same instant whichever of them moved it. Without freezegun (or once it
+    stopped) it is an ordinary :class:`FakeClock`.
+    """
+
+    def now(self) -> datetime:
+        frozen = _freezegun_now()
+        return frozen if frozen is not None else super().now()
+
+    def advance(self, delta: timedelta) -> datetime:
+        factory = _freezegun_factory()
+        if factory is None:
+            return super().advance(delta)
+        if delta < timedelta(0):
+            raise ValueError("a FakeClock only moves forward; got a negative delta")
+        factory.tick(delta)
+        return self.now()
+
+    def set(self, instant: datetime) -> None:
+        factory = _freezegun_factory()
+        if factory is None:
+            super().set(instant)
+            return
+        if instant.tzinfo is None or instant.utcoffset() is None:
+            raise ValueError("clock instants must be timezone-aware")
+        if instant < self.now():
+            raise ValueError("a FakeClock only moves forward")
+        factory.move_to(instant.astimezone(UTC).replace(tzinfo=None))
+
+
+def _freezegun_factory() -> Any:
+    """freezegun's innermost active time factory, if freezegun is imported and active."""
+    api = sys.modules.get("freezegun.api")
+    factories = getattr(api, "freeze_factories", None)
+    return factories[-1] if factories else None
+
+
+def _freezegun_now() -> datetime | None:
+    factory = _freezegun_factory()
+    if factory is None:
+        return None
+    frozen: datetime = factory()  # naive, in UTC
+    return frozen.replace(tzinfo=UTC) if frozen.tzinfo is None else frozen.astimezone(UTC)
+
+
 class JobRunner:
     """Runs claimable jobs synchronously over any storage and a :class:`FakeClock`.
 
-    By default everything is in memory: a fresh :class:`FakeClock` (2026-01-01 UTC),
+    By default everything is in memory: a fresh :class:`FreezegunClock` (2026-01-01 UTC,
+    or freezegun's time while one is active),
     a :class:`~millrace_django.storage.memory.MemoryStorage` and
     :class:`~millrace_django.engine.EngineSettings`. Pass your own storage together with
     the clock it was built with, and the project's settings, to test against them.
@@ -89,11 +148,38 @@ class JobRunner:
     ) -> None:
         if storage is not None and clock is None:
             raise ValueError("pass the FakeClock the storage was built with as clock=")
-        self.clock = clock if clock is not None else FakeClock()
+        self.clock = clock if clock is not None else FreezegunClock()
         self.storage: JobStorage = storage if storage is not None else MemoryStorage(self.clock)
         self.config = config if config is not None else EngineSettings()
         self.client = JobClient(self.storage, self.clock, self.config)
         self._queues = frozenset(self.config.queues)
+
+    @classmethod
+    def for_project(
+        cls, *, storage: Literal["memory", "orm"] = "memory", clock: FakeClock | None = None
+    ) -> JobRunner:
+        """A runner with the project's ``settings.MILLRACE`` (its queues, default retry,
+        interruption limit), over a fresh memory storage, or with ``storage="orm"`` over
+        the ORM provider on ``MILLRACE['DATABASE']`` (the test database: the test needs
+        database access, e.g. ``@pytest.mark.django_db`` or a ``TestCase``)."""
+        from millrace_django.conf import get_settings
+
+        clock = clock if clock is not None else FreezegunClock()
+        config = get_settings()
+        if storage == "memory":
+            return cls(MemoryStorage(clock), clock, config)
+        if storage == "orm":
+            from millrace_django.storage.orm import DjangoStorage
+
+            return cls(DjangoStorage(config.database, clock), clock, config)
+        raise ValueError(f"storage must be 'memory' or 'orm'; got {storage!r}")
+
+    def reconfigure(self, config: EngineConfig) -> None:
+        """Use new settings (queues, default retry, ...) from now on; :attr:`client` is
+        replaced by one with ``config`` on the same storage and clock."""
+        self.config = config
+        self.client = JobClient(self.storage, self.clock, config)
+        self._queues = frozenset(config.queues)
 
     @contextmanager
     def installed(self) -> Iterator[JobRunner]:
@@ -199,3 +285,61 @@ class JobRunner:
             return
         if transition.target is JobState.DEAD and throw_on_failure:
             raise JobFailed(self.get(job.id)) from outcome.error
+
+
+# -- Django ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def project_runner(
+    *, storage: Literal["memory", "orm"] = "memory", clock: FakeClock | None = None
+) -> Iterator[JobRunner]:
+    """A :meth:`JobRunner.for_project` runner installed as the default client inside the
+    block; the previous client is restored after.
+
+    While installed it follows ``MILLRACE`` overrides (``override_settings``,
+    pytest-django's ``settings`` fixture): the runner takes the new settings and stays the
+    default client, instead of the app's own client taking over again.
+    """
+    from django.core.signals import setting_changed
+
+    from millrace_django.conf import InvalidSettings, get_settings
+
+    runner = JobRunner.for_project(storage=storage, clock=clock)
+
+    def follow(*, setting: str, **kwargs: object) -> None:
+        if setting not in ("MILLRACE", "DATABASES"):
+            return
+        with suppress(InvalidSettings, ValueError):  # invalid: keep the last good ones
+            runner.reconfigure(get_settings())
+        set_default_client(runner.client)
+
+    # Connected after the app's own receiver, so it runs after it and has the last word.
+    setting_changed.connect(follow, weak=False, dispatch_uid=("millrace-runner", id(runner)))
+    try:
+        with runner.installed():
+            yield runner
+    finally:
+        setting_changed.disconnect(dispatch_uid=("millrace-runner", id(runner)))
+
+
+class JobRunnerMixin:
+    """For Django ``TestCase`` classes: ``self.millrace`` is a :class:`JobRunner`
+    installed as the default client for each test (a fresh one per test, memory storage
+    unless ``millrace_storage = "orm"``), and the previous client is restored after::
+
+        class CheckoutTests(JobRunnerMixin, TestCase):
+            def test_confirmation_is_sent(self):
+                job_id = send_confirmation.enqueue("42")
+                self.millrace.run_until_idle()
+                self.millrace.assert_succeeded(job_id)
+    """
+
+    millrace_storage: Literal["memory", "orm"] = "memory"
+    millrace: JobRunner
+
+    def setUp(self) -> None:
+        super().setUp()  # type: ignore[misc]
+        installed = project_runner(storage=self.millrace_storage)
+        self.millrace = installed.__enter__()
+        self.addCleanup(installed.__exit__, None, None, None)  # type: ignore[attr-defined]

@@ -93,9 +93,10 @@ ensure_packages() {
         [ ! -x /usr/sbin/mariadbd ] && [ ! -x /usr/sbin/mysqld ]; then
         apt_install mariadb-server
     fi
-    # Needed to build the mysqlclient driver; only installable as root.
+    # Needed to build the mysqlclient driver, and (unixodbc) to load pyodbc, which
+    # mssql-django imports to compile SQL Server's SQL; only installable as root.
     if [ "$IS_ROOT" -eq 1 ]; then
-        apt_install libmariadb-dev pkg-config mariadb-client
+        apt_install libmariadb-dev pkg-config mariadb-client unixodbc
     fi
     export PATH="$PATH:/usr/sbin:/sbin"
 }

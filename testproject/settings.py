@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "millrace-sample-not-secret")
@@ -20,6 +20,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "millrace_django",
+    "testproject.sample",
 ]
 
 MIDDLEWARE = [
@@ -69,13 +70,17 @@ DATABASES: dict[str, dict[str, object]] = {
 
 
 def _server_database(url: str) -> dict[str, object]:
-    """A DATABASES entry from ``postgres://`` or ``mysql://`` URLs (the test servers)."""
+    """A DATABASES entry from a ``postgres://``, ``mysql://`` or ``mssql://`` URL (the
+    test servers). An ``mssql://`` URL's query names the ODBC driver (``driver=``, ODBC
+    Driver 18 by default); its other query parameters go into the connection string."""
     parts = urlsplit(url)
     engine = {
         "postgres": "django.db.backends.postgresql",
         "postgresql": "django.db.backends.postgresql",
         "mysql": "django.db.backends.mysql",
         "mariadb": "django.db.backends.mysql",
+        "mssql": "mssql",
+        "sqlserver": "mssql",
     }[parts.scheme]
     entry: dict[str, object] = {
         "ENGINE": engine,
@@ -88,16 +93,40 @@ def _server_database(url: str) -> dict[str, object]:
     }
     if engine.endswith("mysql"):
         entry["OPTIONS"] = {"charset": "utf8mb4", "isolation_level": "read committed"}
+    if engine == "mssql":
+        query = dict(parse_qsl(parts.query))
+        entry["OPTIONS"] = {
+            "driver": query.pop("driver", "ODBC Driver 18 for SQL Server"),
+            "extra_params": ";".join(f"{key}={value}" for key, value in query.items()),
+        }
     return entry
 
+
+# The demo runs durably on PostgreSQL (or MariaDB) when given a URL, e.g.
+#   MILLRACE_DATABASE_URL=postgres://user:password@127.0.0.1:5432/millrace make demo
+if os.environ.get("MILLRACE_DATABASE_URL"):
+    DATABASES["default"] = _server_database(os.environ["MILLRACE_DATABASE_URL"])
 
 # The job storage may live in its own alias; the test suite binds the kit to each of these.
 for _alias, _variable in (
     ("postgres", "MILLRACE_TEST_POSTGRES_URL"),
     ("mariadb", "MILLRACE_TEST_MARIADB_URL"),
+    ("sqlserver", "MILLRACE_TEST_SQLSERVER_URL"),
 ):
     if os.environ.get(_variable):
         DATABASES[_alias] = _server_database(os.environ[_variable])
+
+# Tuned for watching the demo: a one-second heartbeat notices a cancel request within a
+# second, and idle workers poll at least every second. Production keeps the defaults
+# (docs/operating-workers.md).
+MILLRACE = {
+    "QUEUES": ["default", "emails", "reports"],
+    "LEASE": 30,
+    "HEARTBEAT": 1,
+    "POLL_MAX": 1,
+    "SCHEDULER_INTERVAL": 0.5,
+    "SHUTDOWN_TIMEOUT": 10,
+}
 
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -5,6 +5,7 @@ from uuid import UUID, uuid4
 
 import pytest
 
+from millrace_django import ids
 from millrace_django.clock import FakeClock, SystemClock
 from millrace_django.contract import (
     decode_time_id,
@@ -77,7 +78,8 @@ def test_the_system_clock_is_aware_utc() -> None:
     assert SystemClock().now().tzinfo == UTC
 
 
-def test_ids_are_version_7_and_carry_the_clock_time() -> None:
+def test_ids_are_version_7_and_carry_the_clock_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ids, "_last_ms", -1)  # ids minted earlier in this process at a later time
     clock = FakeClock(INSTANT)
     job_id = new_id(clock)
     assert job_id.version == 7
@@ -114,3 +116,9 @@ def test_errors_name_the_offending_id() -> None:
     parent = uuid4()
     assert str(parent) in str(ParentJobNotFound(parent))
     assert ParentJobNotFound(parent).parent_id == parent
+
+
+def test_an_id_from_a_clock_behind_the_last_one_still_carries_its_own_time() -> None:
+    new_id(FakeClock(datetime(2030, 1, 1, tzinfo=UTC)))
+    earlier = FakeClock(INSTANT)
+    assert new_id(earlier).int >> 80 == int(INSTANT.timestamp() * 1000)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
+from millrace_django.checks import check_settings
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.support import make_job
 from millrace_django.models import Job
@@ -147,3 +149,11 @@ def test_sqlite_refuses_deferred_transactions() -> None:
 def test_the_test_databases_are_configured_as_the_storage_needs() -> None:
     for alias in ALIASES:
         assert configuration_problems(alias) == []
+
+
+def test_a_setting_the_storage_cannot_work_with_fails_the_system_checks(settings: Any) -> None:
+    settings.USE_TZ = False
+
+    errors = [m for m in check_settings() if m.id == "millrace.E008"]
+
+    assert errors and "USE_TZ" in errors[0].msg

@@ -20,6 +20,7 @@ def _errors(settings: Any, value: Any) -> list[Error]:
 
 def test_no_setting_at_all_gives_the_documented_defaults(settings: Any) -> None:
     del settings.MILLRACE
+    get_settings.cache_clear()  # pytest-django's delattr sends no setting_changed
     parsed = get_settings()
     assert parsed.queues == {"default"}
     assert parsed.lease == timedelta(minutes=5)

@@ -7,12 +7,11 @@ inside the caller's transaction and read "now" from the context's clock.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
-from functools import reduce
-from typing import Any, Protocol
+from typing import Protocol
+from uuid import UUID
 
-from django.db.models import Case, DateTimeField, F, IntegerField, JSONField, Q, Value, When
+from django.db.models import F
 
 from millrace_django.contract import (
     AttemptOutcome,
@@ -22,7 +21,7 @@ from millrace_django.contract import (
     JobTransition,
 )
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import history
+from millrace_django.storage.orm import history, queries
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.rows import job_record
 
@@ -38,11 +37,6 @@ class HotPath(Protocol):
         ...
 
 
-def claimable(now: Any) -> Q:
-    """Enqueued, or processing under a lease that has run out by ``now``."""
-    return Q(state=Code.ENQUEUED) | Q(state=Code.PROCESSING, lease_until__lte=now)
-
-
 class OrmHotPath:
     """Claim: lock the next rows skipping locked ones (``FOR UPDATE SKIP LOCKED``,
     ``READPAST`` on SQL Server, a no-op under SQLite's immediate transactions, which
@@ -51,12 +45,7 @@ class OrmHotPath:
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         now = ctx.clock.now()
-        rows = list(
-            ctx.jobs()
-            .select_for_update(skip_locked=True)
-            .filter(claimable(now), queue__in=sorted(request.queues))
-            .order_by("-priority", "seq")[: request.max_count]
-        )
+        rows = list(queries.claim_candidates(ctx.jobs(), request.queues, now, request.max_count))
         if not rows:
             return []
         history.record(
@@ -90,38 +79,22 @@ class OrmHotPath:
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
         now = ctx.clock.now()
-        fence = reduce(
-            operator.or_,
-            (
-                Q(uuid=t.job_id, worker_id=t.expected_worker_id, attempt=t.expected_attempt)
-                for t in transitions
-            ),
-        )
-        matched = dict(
-            ctx.jobs()
-            .select_for_update()
-            .filter(fence, state=Code.PROCESSING)
-            .values_list("uuid", "seq")
-        )
+        matched = dict(queries.fenced_batch(ctx.jobs(), transitions).values_list("uuid", "seq"))
         won = {matched[t.job_id]: t for t in transitions if t.job_id in matched}
         if won:
-            ctx.jobs().filter(seq__in=list(won)).update(
-                state=Code.SUCCEEDED,
-                worker_id=None,
-                lease_until=None,
-                key_scope=None,
-                failures=_per_row(won, lambda t: t.failures, IntegerField()),
-                finished_at=_per_row(won, lambda t: t.finished_at or now, DateTimeField()),
-                result=_per_row(won, lambda t: t.result, JSONField()),
-            )
+            ctx.jobs().filter(seq__in=list(won)).update(**queries.completed(won, now))
             parents = [t.job_id for t in won.values() if t.activate_continuations]
             if parents:
-                ctx.jobs().filter(parent_id__in=parents, state=Code.AWAITING).update(
-                    state=Code.ENQUEUED, due_at=None
-                )
+                activate_continuations(ctx, parents)
         return [t.job_id in matched for t in transitions]
 
 
-def _per_row(won: dict[int, JobTransition], value: Any, field: Any) -> Case:
-    whens = [When(seq=seq, then=Value(value(t), output_field=field)) for seq, t in won.items()]
-    return Case(*whens, output_field=field)
+def activate_continuations(ctx: OrmContext, parents: Sequence[UUID]) -> None:
+    """Enqueue the ``awaiting`` continuations of ``parents`` and note their queues for
+    the wake-up hint (a second statement only when there are some)."""
+    woken = list(queries.awaiting_children(ctx.jobs(), parents))
+    if woken:
+        ctx.jobs().filter(seq__in=[seq for seq, _ in woken]).update(
+            state=Code.ENQUEUED, due_at=None
+        )
+        ctx.tx.enqueued(queue for _, queue in woken)

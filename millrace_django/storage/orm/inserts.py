@@ -6,6 +6,7 @@ and an ``awaiting`` continuation is fixed up against its parent, whose row is lo
 the fix-up serializes with the parent's own terminal transition. What a concurrent
 writer inserts after our look-ups surfaces as a unique violation, which replays the
 whole transaction (:class:`~millrace_django.storage.orm.transactions.InsertConflict`).
+The queues of jobs stored ``enqueued`` are noted for the wake-up hint.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from millrace_django.contract import (
     JobState,
 )
 from millrace_django.errors import DuplicateJobId, ParentJobNotFound, StorageError
-from millrace_django.models import JOB_STATES, job_codes
+from millrace_django.models import JOB_STATE_CODES, JOB_STATES, job_codes
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.rows import active_scope, job_row, key_digest
 from millrace_django.storage.orm.transactions import InsertConflict
 
 _ACTIVE_CODES = job_codes(ACTIVE_JOB_STATES)
+_ENQUEUED = JOB_STATE_CODES[JobState.ENQUEUED]
 _FAILED_PARENT = frozenset({JobState.DEAD, JobState.CANCELLED})
 
 
@@ -62,6 +64,7 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
         ctx.jobs().bulk_create(inserted)
     except IntegrityError as error:
         raise InsertConflict(str(error)) from error
+    ctx.tx.enqueued(row.queue for row in inserted if row.state == _ENQUEUED)
     return effective
 
 

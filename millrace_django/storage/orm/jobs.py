@@ -25,6 +25,7 @@ from millrace_django.contract import (
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
+from millrace_django.storage.orm import queries
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
@@ -35,7 +36,6 @@ from millrace_django.storage.orm.transitions import (
     is_plain_success,
 )
 
-_DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
 
 
@@ -47,7 +47,7 @@ class OrmJobs:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities.NONE
+        return Capabilities.NOTIFICATIONS
 
     def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
         if not jobs:
@@ -175,14 +175,24 @@ class OrmJobs:
         return self._ctx.tx.write(cancel)
 
     def try_run_now(self, job_id: UUID) -> bool:
-        moved = self._ctx.tx.write(
-            lambda: (
+        def run_now() -> bool:
+            row = (
                 self._ctx.jobs()
+                .select_for_update()
                 .filter(uuid=job_id, state=Code.FAILED)
-                .update(state=Code.ENQUEUED, due_at=None)
+                .values_list("seq", "queue")
+                .first()
             )
-        )
-        return moved > 0
+            if row is None:
+                return False
+            seq, queue = row
+            self._ctx.jobs().filter(seq=seq, state=Code.FAILED).update(
+                state=Code.ENQUEUED, due_at=None
+            )
+            self._ctx.tx.enqueued([queue])
+            return True
+
+        return self._ctx.tx.write(run_now)
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
         row = self._ctx.tx.read(lambda: self._ctx.jobs().filter(uuid=job_id).first())
@@ -193,16 +203,16 @@ class OrmJobs:
             return 0
 
         def activate() -> int:
-            due = list(
-                self._ctx.jobs()
-                .select_for_update(skip_locked=True)
-                .filter(state__in=_DUE, due_at__lte=now)
-                .order_by("due_at", "seq")
-                .values_list("seq", flat=True)[:limit]
-            )
+            due = list(queries.due(self._ctx.jobs(), now, limit))
             if not due:
                 return 0
-            return self._ctx.jobs().filter(seq__in=due).update(state=Code.ENQUEUED, due_at=None)
+            activated = (
+                self._ctx.jobs()
+                .filter(seq__in=[seq for seq, _ in due])
+                .update(state=Code.ENQUEUED, due_at=None)
+            )
+            self._ctx.tx.enqueued(queue for _, queue in due)
+            return activated
 
         return self._ctx.tx.write(activate)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from django.db.models import Count, Model, OuterRef, Q, QuerySet, Subquery
@@ -48,7 +49,11 @@ from millrace_django.models import (
 )
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.queries import descending, newest_first
 from millrace_django.storage.orm.rows import invocation_of, retry_of
+
+if TYPE_CHECKING:
+    from millrace_django.storage.orm.vendors import Vendor
 
 _SUMMARY_FIELDS = (
     "uuid", "queue", "state", "target", "priority", "created_at", "due_at", "finished_at",
@@ -76,17 +81,16 @@ def created_q(after: datetime | None, before: datetime | None) -> Q:
 
 def _newest_first_page[Row: Model, Item](
     rows: QuerySet[Row],
+    vendor: Vendor,
     id_field: str,
     cursor: str | None,
     limit: int,
     summarize: Callable[[Row], Item],
 ) -> Page[Item]:
-    """Keyset page over ``(created_at, id)`` descending."""
-    if cursor is not None:
-        at, last_id = decode_time_id(cursor)
-        rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, **{f"{id_field}__lt": last_id}))
+    """Keyset page over ``(created_at, id)`` descending, ids in RFC 4122 byte order."""
+    after = decode_time_id(cursor) if cursor is not None else None
     size = clamp_limit(limit)
-    fetched = list(rows.order_by("-created_at", f"-{id_field}")[: size + 1])
+    fetched = list(newest_first(rows, vendor, id_field, after, size + 1))
     page = fetched[:size]
     next_cursor = None
     if len(fetched) > size:
@@ -166,7 +170,9 @@ class OrmMonitoring:
         if query.queue is not None:
             rows = rows.filter(queue=query.queue)
         return self._ctx.tx.read(
-            lambda: _newest_first_page(rows, "uuid", query.cursor, query.limit, summarize_job)
+            lambda: _newest_first_page(
+                rows, self._ctx.vendor, "uuid", query.cursor, query.limit, summarize_job
+            )
         )
 
     def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
@@ -182,7 +188,9 @@ class OrmMonitoring:
             if query.definition_version is not None:
                 rows = rows.filter(definition_version=query.definition_version)
         return self._ctx.tx.read(
-            lambda: _newest_first_page(rows, "id", query.cursor, query.limit, summarize_instance)
+            lambda: _newest_first_page(
+                rows, self._ctx.vendor, "id", query.cursor, query.limit, summarize_instance
+            )
         )
 
     def get_job_details(self, job_id: UUID) -> JobDetails | None:
@@ -235,7 +243,9 @@ class OrmMonitoring:
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
         newest_fired = (
-            self._ctx.jobs().filter(recurring_id=OuterRef("id")).order_by("-created_at", "-uuid")
+            self._ctx.jobs()
+            .filter(recurring_id=OuterRef("id"))
+            .order_by("-created_at", descending(self._ctx.vendor.id_order("uuid")))
         )
         rows = (
             self._ctx.recurring()

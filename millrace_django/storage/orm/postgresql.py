@@ -1,5 +1,6 @@
 """PostgreSQL's hot statements, hand-written: a batch claim in one statement and a batch
-acknowledgement in one statement (plus one to wake continuations, when asked).
+acknowledgement in one statement (plus one to wake continuations, when asked; and one
+``pg_notify`` at the end of the transaction when that woke any).
 
 Same contract as :class:`~millrace_django.storage.orm.hotpath.OrmHotPath`; table and
 column names come from the models, so the SQL follows the schema.
@@ -84,10 +85,14 @@ _FIRST_ROW = "(%s::uuid, %s, %s::integer, %s::integer, %s::timestamptz, %s::json
 _NEXT_ROW = "(%s, %s, %s, %s, %s, %s)"
 
 # A separate statement, so it sees continuations committed while the UPDATE above
-# waited for their parent's row lock.
+# waited for their parent's row lock. Their queues feed the wake-up hint.
 _WAKE_SQL = f"""
-UPDATE {_JOBS} SET state = {Code.ENQUEUED}, due_at = NULL
-WHERE parent_id = ANY(%s) AND state = {Code.AWAITING}
+WITH woken AS (
+    UPDATE {_JOBS} SET state = {Code.ENQUEUED}, due_at = NULL
+    WHERE parent_id = ANY(%s) AND state = {Code.AWAITING}
+    RETURNING queue
+)
+SELECT DISTINCT queue FROM woken
 """
 
 
@@ -129,4 +134,5 @@ class PostgresHotPath:
             woken = [t.job_id for t in transitions if t.job_id in won and t.activate_continuations]
             if woken:
                 cursor.execute(_WAKE_SQL, [woken])
+                ctx.tx.enqueued(queue for (queue,) in cursor.fetchall())
         return [t.job_id in won for t in transitions]

@@ -29,12 +29,14 @@ from millrace_django.contract import (
     RecurringRecord,
     RecurringSummary,
     TenantFilter,
+    WakeupSubscription,
     WorkflowInstanceRecord,
 )
 from millrace_django.errors import StorageError
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.jobs import OrmJobs
 from millrace_django.storage.orm.monitoring import OrmMonitoring
+from millrace_django.storage.orm.notify import DEFAULT_CHANNEL
 from millrace_django.storage.orm.transactions import (
     DEFAULT_ATTEMPTS,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -61,6 +63,10 @@ class DjangoStorage:
     Each call runs in its own short transaction (joining the caller's, as a savepoint,
     when called inside ``transaction.atomic`` on the same alias, which is what makes an
     enqueue transactional with the application's own writes).
+
+    It is also a :class:`~millrace_django.contract.Notifier`: on PostgreSQL hints travel
+    by ``NOTIFY`` on ``notify_channel`` (set it apart only when several Millrace schemas
+    share one database) and reach every process; elsewhere they are in-process only.
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class DjangoStorage:
         *,
         statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
         transaction_attempts: int = DEFAULT_ATTEMPTS,
+        notify_channel: str = DEFAULT_CHANNEL,
     ) -> None:
         problems = configuration_problems(alias)
         if problems:
@@ -77,11 +84,13 @@ class DjangoStorage:
         self.alias = alias
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.vendor: Vendor = vendor_for(connections[alias])
+        self._wakeups = self.vendor.wakeups(alias, notify_channel)
         tx = Transactions(
             alias,
             self.vendor,
             statement_timeout=statement_timeout,
             attempts=transaction_attempts,
+            announce=self._wakeups.announce,
         )
         ctx = OrmContext(alias, self.clock, self.vendor, tx)
         self._jobs = OrmJobs(ctx)
@@ -143,6 +152,13 @@ class DjangoStorage:
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
     ) -> bool:
         return self._jobs.try_fire_recurring(recurring_id, expected, next_fire_time, job)
+
+    # -- Notifier ----------------------------------------------------------------------
+
+    def listen(self, queues: Collection[str]) -> WakeupSubscription:
+        """Hints for ``queues``: each wait returns ``True`` after a commit that made
+        jobs of one of them claimable (coalesced; may be spurious, may be lost)."""
+        return self._wakeups.listen(queues)
 
     # -- WorkflowStorage ---------------------------------------------------------------
 

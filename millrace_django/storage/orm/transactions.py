@@ -4,13 +4,18 @@ A storage call never leaves a transaction open behind it. Deadlocks, serializati
 failures and inserts that lost a race for a unique key replay the *whole* transaction
 (bounded, with jittered pauses), because only a fresh transaction sees the winner's row.
 Every statement runs under the vendor's statement timeout.
+
+A call that makes jobs ``enqueued`` says which queues (:meth:`Transactions.enqueued`);
+just before its transaction (or savepoint) ends, those queues are announced once, so the
+wake-up hint commits, or rolls back, with the jobs.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, TypeVar
 
@@ -44,6 +49,7 @@ class Transactions:
         *,
         statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
         attempts: int = DEFAULT_ATTEMPTS,
+        announce: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError("a transaction needs at least one attempt")
@@ -51,6 +57,15 @@ class Transactions:
         self.vendor = vendor
         self.statement_timeout = statement_timeout
         self.attempts = attempts
+        self._announce = announce
+        self._local = threading.local()
+
+    def enqueued(self, queues: Iterable[str]) -> None:
+        """Note that jobs of ``queues`` became claimable in the current transaction
+        (a no-op outside :meth:`write`)."""
+        woken: set[str] | None = getattr(self._local, "woken", None)
+        if woken is not None:
+            woken.update(queues)
 
     def write(self, work: Callable[[], T]) -> T:
         """Run ``work`` in its own transaction, replaying it on contention.
@@ -72,7 +87,7 @@ class Transactions:
                 ):
                     if not nested:
                         self.vendor.begin(connection, self.statement_timeout)
-                    return work()
+                    return self._run(work)
             except InsertConflict as conflict:
                 if attempt == self.attempts:
                     raise StorageError(
@@ -82,6 +97,19 @@ class Transactions:
                 if nested or attempt == self.attempts or not self.vendor.is_transient(error):
                     raise
             _pause(attempt)
+
+    def _run(self, work: Callable[[], T]) -> T:
+        """``work``, then the announcement of what it woke, in the same transaction."""
+        outer: set[str] | None = getattr(self._local, "woken", None)
+        woken: set[str] = set()
+        self._local.woken = woken
+        try:
+            result = work()
+        finally:
+            self._local.woken = outer
+        if woken and self._announce is not None:
+            self._announce(frozenset(woken))
+        return result
 
     def read(self, work: Callable[[], T]) -> T:
         """Run read-only ``work``; in a transaction only where the vendor needs one to

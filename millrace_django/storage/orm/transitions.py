@@ -17,8 +17,9 @@ from millrace_django.contract import (
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATE_CODES
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import history, workflows
+from millrace_django.storage.orm import history, queries, workflows
 from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.hotpath import activate_continuations
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import bookmark_row
 
@@ -39,18 +40,7 @@ def is_plain_success(t: JobTransition) -> bool:
 def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
     """Apply ``t`` inside the caller's transaction. The fence is checked first (a row
     lock on the job); anything raised afterwards rolls the whole transition back."""
-    row = (
-        ctx.jobs()
-        .select_for_update()
-        .filter(
-            uuid=t.job_id,
-            state=Code.PROCESSING,
-            worker_id=t.expected_worker_id,
-            attempt=t.expected_attempt,
-        )
-        .only("seq", "uuid", "attempt", "failures", "worker_id")
-        .first()
-    )
+    row = queries.fenced(ctx.jobs(), t).first()
     if row is None:
         return False
     if t.target not in TRANSITION_TARGETS:
@@ -62,7 +52,9 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
         history.record(
             ctx, [history.EndedAttempt(row.seq, row.attempt, outcome, row.worker_id, error)], now
         )
-    ctx.jobs().filter(seq=row.seq).update(**_moved(t, now))
+    ctx.jobs().filter(seq=row.seq).update(**moved(t, now))
+    if t.target is JobState.ENQUEUED:
+        ctx.tx.enqueued([row.queue])
     if t.checkpoint is not None:
         workflows.checkpoint(ctx, t.checkpoint.instance, t.checkpoint.expected_revision)
     if t.bookmarks:
@@ -73,15 +65,13 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
     if t.enqueue:
         insert_jobs(ctx, t.enqueue)
     if t.activate_continuations:
-        ctx.jobs().filter(parent_id=t.job_id, state=Code.AWAITING).update(
-            state=Code.ENQUEUED, due_at=None
-        )
+        activate_continuations(ctx, [t.job_id])
     if t.cancel_continuations:
         cancel_awaiting_closure(ctx, t.job_id, now)
     return True
 
 
-def _moved(t: JobTransition, now: datetime) -> dict[str, Any]:
+def moved(t: JobTransition, now: datetime) -> dict[str, Any]:
     """The job's columns after ``t``: its target state and the fields that implies."""
     fields: dict[str, Any] = {
         "state": JOB_STATE_CODES[t.target],

@@ -1,25 +1,32 @@
 """What differs between databases, and nothing else: settings the provider relies on,
-how a statement is bounded in time, which errors mean "replay", and the hot path.
+how a statement is bounded in time, which errors mean "replay", how wake-up hints
+travel, how uuid ties sort, and the hot path.
 
 Everything not here is the shared ORM path.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, ClassVar
+from uuid import UUID
 
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import CharField, Expression, F, Func, Value
+from django.db.models.functions import Cast
 
 from millrace_django.storage.orm.hotpath import HotPath, OrmHotPath
+from millrace_django.storage.orm.notify import LocalWakeups, PostgresWakeups, Wakeups
 from millrace_django.storage.orm.postgresql import PostgresHotPath
 
 _SQLITE_PROGRESS_STEPS = 10_000
 _MARIADB_BOUNDED = ("SELECT", "INSERT", "UPDATE", "DELETE")
+_BINARY_COLLATION = "Latin1_General_100_BIN2"
 
 
 class Vendor:
@@ -30,6 +37,11 @@ class Vendor:
 
     hot_path: ClassVar[HotPath] = OrmHotPath()
     """The claim and acknowledgement statements (stateless)."""
+
+    @classmethod
+    def for_connection(cls, connection: BaseDatabaseWrapper) -> Vendor:
+        """The strategy for ``connection`` (most need nothing from it)."""
+        return cls()
 
     def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
         """Why this alias's settings would break the provider's guarantees, if they do."""
@@ -50,6 +62,21 @@ class Vendor:
         serialization failure)."""
         return False
 
+    def wakeups(self, alias: str, channel: str) -> Wakeups:
+        """How storage calls on ``alias`` announce the jobs they enqueue: in-process,
+        after commit, unless the database has a channel of its own."""
+        return LocalWakeups(alias)
+
+    def id_order(self, field: str) -> str | Expression:
+        """What to order by (and compare with :meth:`id_bound`) so that uuid column
+        ``field`` sorts in RFC 4122 byte order, as the contract's tie-breaks require:
+        the column itself where the database stores uuids so that they sort that way."""
+        return field
+
+    def id_bound(self, value: UUID) -> Any:
+        """``value`` as :meth:`id_order`'s expression sees it."""
+        return value
+
 
 class PostgreSQL(Vendor):
     """``FOR UPDATE SKIP LOCKED``; ``SET LOCAL statement_timeout`` per transaction, so
@@ -68,6 +95,9 @@ class PostgreSQL(Vendor):
 
     def is_transient(self, error: DatabaseError) -> bool:
         return getattr(error.__cause__, "sqlstate", None) in self._TRANSIENT_SQLSTATES
+
+    def wakeups(self, alias: str, channel: str) -> Wakeups:
+        return PostgresWakeups(alias, channel)
 
 
 class SQLite(Vendor):
@@ -146,10 +176,42 @@ class MariaDB(Vendor):
 
 
 class SQLServer(Vendor):
-    """``skip_locked`` renders ``WITH (ROWLOCK, UPDLOCK, READPAST)``; lock waits are
-    bounded per transaction with ``SET LOCK_TIMEOUT``. Compiled, not run, in our tests."""
+    """``skip_locked`` renders ``WITH (ROWLOCK, UPDLOCK, READPAST)``. Statements are
+    bounded by the driver's query timeout (set for the storage call, then restored), lock
+    waits by ``SET LOCK_TIMEOUT`` at the start of each storage-owned transaction (a
+    session setting: it stays on the connection afterwards). Uuid ties never sort in
+    ``uniqueidentifier`` order (see :meth:`native_uuids`). Compiled, not run, in our
+    tests unless ``MILLRACE_TEST_SQLSERVER_URL`` names a server."""
 
-    _TRANSIENT_MARKERS = ("40001", "1205")  # deadlock victim
+    _TRANSIENT_MARKERS = ("40001", "1205")  # deadlock victim (not 1222, a lock timeout)
+
+    def __init__(self, *, uuid_column: str = "char(32)") -> None:
+        self.uuid_column = uuid_column
+
+    @classmethod
+    def for_connection(cls, connection: BaseDatabaseWrapper) -> Vendor:
+        return cls(uuid_column=str(connection.data_types.get("UUIDField", "char(32)")))
+
+    @property
+    def native_uuids(self) -> bool:
+        """Whether uuids are ``uniqueidentifier`` columns, which sort in a mixed-endian
+        layout of their bytes (mssql-django stores them as ``char(32)`` lowercase hex,
+        which sorts in byte order: digits before ``a-f``)."""
+        return self.uuid_column.lower() == "uniqueidentifier"
+
+    @contextmanager
+    def statement_timeout(
+        self, connection: BaseDatabaseWrapper, timeout: timedelta
+    ) -> Iterator[None]:
+        connection.ensure_connection()
+        raw = connection.connection
+        previous = raw.timeout
+        raw.timeout = max(1, math.ceil(timeout.total_seconds()))
+        try:
+            yield
+        finally:
+            if connection.connection is raw:
+                raw.timeout = previous
 
     def begin(self, connection: BaseDatabaseWrapper, timeout: timedelta) -> None:
         milliseconds = max(1, int(timeout.total_seconds() * 1000))
@@ -159,6 +221,33 @@ class SQLServer(Vendor):
     def is_transient(self, error: DatabaseError) -> bool:
         text = " ".join(str(arg) for arg in error.args)
         return any(marker in text for marker in self._TRANSIENT_MARKERS)
+
+    def id_order(self, field: str) -> str | Expression:
+        if not self.native_uuids:
+            return field  # hex text: the column's own order, so its indexes serve
+        return _canonical_text(F(field))
+
+    def id_bound(self, value: UUID) -> Any:
+        if not self.native_uuids:
+            return value
+        return _binary(Value(str(value).upper(), output_field=CharField(max_length=36)))
+
+
+def _canonical_text(uuid: F) -> Expression:
+    """A uuid column's canonical text (upper case, as SQL Server casts it), compared byte
+    for byte: RFC 4122 order. Never ``CAST(... AS binary(16))``, which keeps the
+    mixed-endian layout."""
+    return _binary(Cast(uuid, CharField(max_length=36)))
+
+
+def _binary(text: Expression) -> Expression:
+    """``text COLLATE Latin1_General_100_BIN2`` (not Django's ``Collate``, which brackets
+    the collation name; SQL Server takes it bare)."""
+    return Func(
+        text,
+        template=f"%(expressions)s COLLATE {_BINARY_COLLATION}",
+        output_field=CharField(max_length=36),
+    )
 
 
 _VENDORS: dict[str, type[Vendor]] = {
@@ -171,4 +260,4 @@ _VENDORS: dict[str, type[Vendor]] = {
 
 def vendor_for(connection: BaseDatabaseWrapper) -> Vendor:
     """The strategy for ``connection``'s database (the portable one if unknown)."""
-    return _VENDORS.get(connection.vendor, Vendor)()
+    return _VENDORS.get(connection.vendor, Vendor).for_connection(connection)

@@ -9,6 +9,7 @@ from django.db import IntegrityError
 
 from millrace_django.contract import BookmarkRecord, JobRecord, WorkflowInstanceRecord
 from millrace_django.errors import ConcurrencyConflict, StorageError
+from millrace_django.storage.orm import queries
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
@@ -76,13 +77,9 @@ class OrmWorkflows:
         enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
     ) -> BookmarkRecord | None:
         def consume() -> BookmarkRecord | None:
-            row = (
-                self._ctx.bookmarks()
-                .select_for_update(skip_locked=True)
-                .filter(signal_name=signal_name, correlation_id=correlation_id)
-                .order_by("created_at", "id")
-                .first()
-            )
+            row = queries.oldest_bookmark(
+                self._ctx.bookmarks(), self._ctx.vendor, signal_name, correlation_id
+            ).first()
             if row is None:
                 return None
             self._ctx.bookmarks().filter(id=row.id).delete()

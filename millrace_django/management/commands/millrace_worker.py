@@ -1,0 +1,193 @@
+"""``manage.py millrace_worker``: run jobs (and the scheduler) until told to stop."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from millrace_django import wiring
+from millrace_django.conf import MillraceSettings
+from millrace_django.management import supervisor
+from millrace_django.management.support import (
+    close_connections,
+    command_logging,
+    connection_hooks,
+    load_settings,
+    parse_queues,
+    positive,
+    stop_signals,
+)
+from millrace_django.runtime import Scheduler, Worker, WorkerStats
+
+JOIN_SECONDS = 30.0
+"""How long to wait for the scheduler thread's current pass after the worker stopped."""
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a Millrace worker, plus a scheduler unless --no-scheduler. SIGTERM or Ctrl-C "
+        "stops claiming and lets running jobs finish (MILLRACE['SHUTDOWN_TIMEOUT']); a "
+        "second signal releases them at once. Exits 0 after a clean stop."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queues",
+            action="append",
+            metavar="NAMES",
+            help="Comma-separated queues to claim from (repeatable); default: all of "
+            "MILLRACE['QUEUES'].",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            metavar="N",
+            help="Jobs run at once per process; default: MILLRACE['CONCURRENCY'].",
+        )
+        parser.add_argument(
+            "--processes",
+            type=int,
+            default=1,
+            metavar="N",
+            help="Worker processes to start on this machine (default 1); signals are "
+            "forwarded to them and the scheduler runs in one of them.",
+        )
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="Do not run the scheduler here (another process runs it).",
+        )
+        parser.add_argument(
+            "--until-idle",
+            action="store_true",
+            help="Exit once nothing is claimable and nothing runs (for scripts and CI); "
+            "with the scheduler, due jobs are activated first.",
+        )
+        parser.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        settings = load_settings()
+        queues = parse_queues(options["queues"], settings)
+        concurrency = positive("--concurrency", options["concurrency"])
+        processes = positive("--processes", options["processes"]) or 1
+        if processes > 1:
+            self._supervise(processes, queues, concurrency, options)
+            return
+        with command_logging(options["verbosity"]):
+            stats = self._run(settings, queues, concurrency, options)
+        if options["verbosity"] >= 1:
+            self.stdout.write(describe(stats))
+
+    def _run(
+        self,
+        settings: MillraceSettings,
+        queues: frozenset[str] | None,
+        concurrency: int | None,
+        options: dict[str, Any],
+    ) -> WorkerStats:
+        if settings.storage == "memory":
+            self.stderr.write(
+                "MILLRACE['STORAGE'] is 'memory': this worker only sees jobs enqueued in "
+                "its own process."
+            )
+        storage = wiring.storage()
+        clock = wiring.clock()
+        hooks = connection_hooks()
+        try:
+            worker = Worker(
+                storage, clock, settings, queues=queues, concurrency=concurrency, hooks=hooks
+            )
+        except ValueError as error:
+            raise CommandError(str(error)) from error
+        scheduler = (
+            None if options["no_scheduler"] else Scheduler(storage, clock, settings, hooks=hooks)
+        )
+
+        def request_stop() -> None:
+            worker.request_stop()
+            if scheduler is not None:
+                scheduler.request_stop()
+
+        parent_watch = (
+            supervisor.watch_parent(options["supervised_by"], request_stop)
+            if options["supervised_by"]
+            else None
+        )
+        scheduling = None
+        try:
+            with stop_signals(request_stop):
+                if scheduler is not None:
+                    if options["until_idle"]:
+                        scheduler.run_once()  # what is due now counts as claimable now
+                    scheduling = threading.Thread(
+                        target=scheduler.run, name="millrace-scheduler", daemon=True
+                    )
+                    scheduling.start()
+                worker.run(until_idle=options["until_idle"])
+                if scheduler is not None:
+                    scheduler.request_stop()
+                if scheduling is not None:
+                    scheduling.join(JOIN_SECONDS)
+        finally:
+            if parent_watch is not None:
+                parent_watch.set()
+            close_connections()
+        return worker.stats
+
+    def _supervise(
+        self,
+        processes: int,
+        queues: frozenset[str] | None,
+        concurrency: int | None,
+        options: dict[str, Any],
+    ) -> None:
+        common = [
+            "millrace_worker",
+            "--processes=1",
+            f"--supervised-by={os.getpid()}",
+            f"--verbosity={options['verbosity']}",
+            "--skip-checks",  # this process ran them
+        ]
+        if queues is not None:
+            common.append("--queues=" + ",".join(sorted(queues)))
+        if concurrency is not None:
+            common.append(f"--concurrency={concurrency}")
+        if options["until_idle"]:
+            common.append("--until-idle")
+        if options.get("no_color"):
+            common.append("--no-color")
+        commands = [
+            supervisor.child_command(
+                common + (["--no-scheduler"] if index > 0 or options["no_scheduler"] else [])
+            )
+            for index in range(processes)
+        ]
+        exits = supervisor.supervise(commands, announce=self.stderr.write)
+        failed = [child for child in exits if child.returncode != 0]
+        if failed:
+            raise CommandError(
+                "worker process(es) failed: "
+                + ", ".join(f"pid {child.pid} exited with {child.returncode}" for child in failed)
+            )
+        if options["verbosity"] >= 1:
+            self.stdout.write(f"{processes} worker processes stopped cleanly")
+
+
+def describe(stats: WorkerStats) -> str:
+    """One line on what a worker did, for the end of the command."""
+    outcomes = ", ".join(
+        f"{count} {state.value}" for state, count in sorted(stats.acknowledged.items())
+    )
+    line = f"worker {stats.worker_id} stopped: {stats.claimed} claimed"
+    if outcomes:
+        line += f" ({outcomes})"
+    if stats.fence_lost or stats.refused or stats.abandoned:
+        line += (
+            f"; {stats.fence_lost} lost to another worker, {stats.refused} refused, "
+            f"{stats.abandoned} abandoned"
+        )
+    return line

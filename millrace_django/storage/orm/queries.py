@@ -1,0 +1,161 @@
+"""The hot queries, built without running them.
+
+Each function returns a queryset (or the values of an ``UPDATE``) for the caller to run
+inside its transaction, so the SQL a vendor gets can also be compiled and inspected
+without a server (``tests/unit/test_sqlserver_sql.py`` does so for SQL Server). Every
+instant comes in as a parameter, read from the storage's clock by the caller: no query
+here uses the database's own time.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from django.db.models import (
+    Case,
+    DateTimeField,
+    Expression,
+    IntegerField,
+    JSONField,
+    Model,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+
+from millrace_django.contract import JobState, JobTransition
+from millrace_django.models import Bookmark, Job, job_codes
+from millrace_django.models import JobStateCode as Code
+
+if TYPE_CHECKING:
+    from millrace_django.storage.orm.vendors import Vendor
+
+_DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
+
+
+def claimable(now: datetime) -> Q:
+    """Enqueued, or processing under a lease that has run out by ``now``."""
+    return Q(state=Code.ENQUEUED) | Q(state=Code.PROCESSING, lease_until__lte=now)
+
+
+def claim_candidates(
+    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+) -> QuerySet[Job]:
+    """The next ``limit`` claimable jobs of ``queues``, locked, skipping rows another
+    claimer holds: priority first, then insertion order, across all the queues."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(claimable(now), queue__in=sorted(queues))
+        .order_by("-priority", "seq")[:limit]
+    )
+
+
+def fenced(jobs: QuerySet[Job], t: JobTransition) -> QuerySet[Job]:
+    """The job ``t`` moves, locked, iff it still matches the fence ``(processing,
+    worker, attempt)``. A locked row is waited for, never skipped: skipping would fail
+    a fence that holds."""
+    return (
+        jobs.select_for_update()
+        .filter(
+            uuid=t.job_id,
+            state=Code.PROCESSING,
+            worker_id=t.expected_worker_id,
+            attempt=t.expected_attempt,
+        )
+        .only("seq", "uuid", "queue", "attempt", "failures", "worker_id")
+    )
+
+
+def fenced_batch(jobs: QuerySet[Job], transitions: Sequence[JobTransition]) -> QuerySet[Job]:
+    """``(uuid, seq)`` of the jobs of ``transitions`` whose own fence holds, locked."""
+    fence = reduce(
+        operator.or_,
+        (
+            Q(uuid=t.job_id, worker_id=t.expected_worker_id, attempt=t.expected_attempt)
+            for t in transitions
+        ),
+    )
+    return jobs.select_for_update().filter(fence, state=Code.PROCESSING)
+
+
+def completed(won: dict[int, JobTransition], now: datetime) -> dict[str, Any]:
+    """The ``UPDATE`` values acknowledging plain successes, per row (keyed by ``seq``)."""
+    return {
+        "state": Code.SUCCEEDED,
+        "worker_id": None,
+        "lease_until": None,
+        "key_scope": None,
+        "failures": _per_row(won, lambda t: t.failures, IntegerField()),
+        "finished_at": _per_row(won, lambda t: t.finished_at or now, DateTimeField()),
+        "result": _per_row(won, lambda t: t.result, JSONField()),
+    }
+
+
+def due(jobs: QuerySet[Job], now: datetime, limit: int) -> QuerySet[Job, tuple[int, str]]:
+    """``(seq, queue)`` of the next ``limit`` scheduled or failed jobs due by ``now``,
+    locked, skipping rows another activator holds: oldest due first, then insertion
+    order."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(state__in=_DUE, due_at__lte=now)
+        .order_by("due_at", "seq")
+        .values_list("seq", "queue")[:limit]
+    )
+
+
+def awaiting_children(
+    jobs: QuerySet[Job], parents: Collection[UUID]
+) -> QuerySet[Job, tuple[int, str]]:
+    """``(seq, queue)`` of the ``awaiting`` continuations of ``parents``, locked."""
+    return (
+        jobs.select_for_update()
+        .filter(parent_id__in=list(parents), state=Code.AWAITING)
+        .values_list("seq", "queue")
+    )
+
+
+def oldest_bookmark(
+    bookmarks: QuerySet[Bookmark], vendor: Vendor, signal_name: str, correlation_id: str
+) -> QuerySet[Bookmark]:
+    """The oldest bookmark waiting for the signal (``created_at``, then id in RFC 4122
+    byte order), locked, skipping one a concurrent consumer holds."""
+    return (
+        bookmarks.select_for_update(skip_locked=True)
+        .filter(signal_name=signal_name, correlation_id=correlation_id)
+        .order_by("created_at", vendor.id_order("id"))[:1]
+    )
+
+
+def newest_first[Row: Model](
+    rows: QuerySet[Row],
+    vendor: Vendor,
+    id_field: str,
+    after: tuple[datetime, UUID] | None,
+    count: int,
+) -> QuerySet[Row]:
+    """``count`` rows newest first (``created_at``, then ``id_field`` in RFC 4122 byte
+    order, descending), starting after the keyset position ``after``."""
+    tie = vendor.id_order(id_field)
+    if not isinstance(tie, str):
+        rows, tie = rows.alias(_id_order=tie), "_id_order"  # type: ignore[assignment]
+    if after is not None:
+        at, last_id = after
+        before = {f"{tie}__lt": vendor.id_bound(last_id)}
+        rows = rows.filter(Q(created_at__lt=at) | Q(created_at=at, **before))
+    return rows.order_by("-created_at", f"-{tie}")[:count]
+
+
+def descending(key: str | Expression) -> Any:
+    """``key`` (a field name or an expression) in descending order."""
+    return f"-{key}" if isinstance(key, str) else key.desc()
+
+
+def _per_row(won: dict[int, JobTransition], value: Any, field: Any) -> Case:
+    whens = [When(seq=seq, then=Value(value(t), output_field=field)) for seq, t in won.items()]
+    return Case(*whens, output_field=field)

@@ -1,0 +1,1 @@
+"""The sample app: one job of every shape, and commands to enqueue them and show them."""

@@ -1,0 +1,37 @@
+"""Jobs for the worker-process tests. Each writes to an execution ledger outside the
+database (an append-only file named by ``MILLRACE_LEDGER``), so the tests can count how
+often a job really started and finished, whatever the jobs table says."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from millrace_django import JobContext, job
+
+LEDGER_VARIABLE = "MILLRACE_LEDGER"
+
+
+def write(event: str, context: JobContext) -> None:
+    """Append one line; a single small ``O_APPEND`` write, so lines never interleave."""
+    line = f"{event} {context.job_id} {context.attempt} {os.getpid()} {time.time():.6f}\n"
+    descriptor = os.open(os.environ[LEDGER_VARIABLE], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(descriptor, line.encode())
+    finally:
+        os.close(descriptor)
+
+
+@job
+def record(pause: float, context: JobContext) -> None:
+    """Finish after ``pause`` seconds."""
+    time.sleep(pause)
+    write("done", context)
+
+
+@job
+def hold(seconds: float, context: JobContext) -> None:
+    """Run for ``seconds``, deaf to cancellation (as a stuck job would be)."""
+    write("start", context)
+    time.sleep(seconds)
+    write("done", context)

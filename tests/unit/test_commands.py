@@ -1,0 +1,193 @@
+"""The management commands: option checks, running until idle, the scheduler, purging,
+several processes, and the connection hygiene they hand to the runtime."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from millrace_django.contract import JobState
+from millrace_django.management.support import (
+    fresh_connections,
+    parse_duration,
+    tidy_connections,
+)
+from millrace_django.models import JOB_STATE_CODES, Job
+from tests.unit import command_jobs
+
+transactional = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def forget_runs() -> Iterator[None]:
+    command_jobs.ran.clear()
+    yield
+    command_jobs.ran.clear()
+
+
+def run(command: str, *args: str) -> str:
+    out = io.StringIO()
+    call_command(command, *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def state_of(job_id: UUID) -> JobState:
+    return {code: state for state, code in JOB_STATE_CODES.items()}[
+        Job.objects.get(uuid=job_id).state
+    ]
+
+
+# -- options ----------------------------------------------------------------------------
+
+
+def test_an_unknown_queue_is_an_error_naming_the_configured_queues() -> None:
+    with pytest.raises(CommandError, match=r"unknown queue 'nope'.*default, emails, reports"):
+        run("millrace_worker", "--queues", "emails,nope", "--skip-checks")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--concurrency", "0"), ("--processes", "0"), ("--concurrency", "-2")]
+)
+def test_counts_below_one_are_errors(option: str, value: str) -> None:
+    with pytest.raises(CommandError, match=f"{option} must be at least 1"):
+        run("millrace_worker", option, value, "--skip-checks")
+
+
+def test_a_blank_queue_name_is_an_error() -> None:
+    with pytest.raises(CommandError, match="comma-separated queue names"):
+        run("millrace_worker", "--queues", "emails,,default", "--skip-checks")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("45", timedelta(seconds=45)),
+        ("45s", timedelta(seconds=45)),
+        ("90m", timedelta(minutes=90)),
+        ("12h", timedelta(hours=12)),
+        ("1.5d", timedelta(hours=36)),
+        ("2w", timedelta(weeks=2)),
+    ],
+)
+def test_durations_read_units(text: str, expected: timedelta) -> None:
+    assert parse_duration("--older-than", text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "0", "-3d", "3y", "soon"])
+def test_bad_durations_are_errors(text: str) -> None:
+    with pytest.raises(CommandError, match="--older-than takes a positive duration"):
+        parse_duration("--older-than", text)
+
+
+# -- the worker -------------------------------------------------------------------------
+
+
+@transactional
+def test_until_idle_runs_what_is_claimable_and_returns() -> None:
+    ids = [command_jobs.record.enqueue(f"job-{n}") for n in range(5)]
+    output = run("millrace_worker", "--until-idle", "--concurrency", "2")
+    assert sorted(command_jobs.ran) == [f"job-{n}" for n in range(5)]
+    assert all(state_of(job_id) is JobState.SUCCEEDED for job_id in ids)
+    assert "5 claimed (5 succeeded)" in output
+
+
+@transactional
+def test_until_idle_activates_due_jobs_first_unless_there_is_no_scheduler() -> None:
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    job_id = command_jobs.record.schedule("due", at=past)
+    run("millrace_worker", "--until-idle", "--no-scheduler")
+    assert state_of(job_id) is JobState.SCHEDULED
+    run("millrace_worker", "--until-idle")
+    assert state_of(job_id) is JobState.SUCCEEDED
+
+
+@transactional
+def test_queues_narrow_what_the_worker_claims() -> None:
+    email = command_jobs.record_email.enqueue("email")
+    other = command_jobs.record.enqueue("other")
+    run("millrace_worker", "--until-idle", "--queues", "emails")
+    assert (state_of(email), state_of(other)) == (JobState.SUCCEEDED, JobState.ENQUEUED)
+
+
+@transactional
+def test_several_processes_share_the_work_and_exit_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The children open the test database (a file) through the sample settings.
+    monkeypatch.setenv("MILLRACE_SQLITE_PATH", str(connection.settings_dict["NAME"]))
+    ids = [command_jobs.record.enqueue(f"job-{n}") for n in range(20)]
+    output = run("millrace_worker", "--processes", "2", "--until-idle", "--concurrency", "2")
+    assert "2 worker processes stopped cleanly" in output
+    rows = Job.objects.filter(uuid__in=ids)
+    assert {row.state for row in rows} == {JOB_STATE_CODES[JobState.SUCCEEDED]}
+    assert command_jobs.ran == []  # the children ran them, not this process
+
+
+# -- the scheduler and the purge --------------------------------------------------------
+
+
+@transactional
+def test_the_scheduler_makes_one_pass_with_once() -> None:
+    job_id = command_jobs.record.schedule("due", at=datetime.now(UTC) - timedelta(seconds=1))
+    assert "activated 1, fired 0 recurring, purged 0" in run("millrace_scheduler", "--once")
+    assert state_of(job_id) is JobState.ENQUEUED
+
+
+@transactional
+def test_purge_deletes_jobs_finished_before_the_retention_and_prints_the_count() -> None:
+    old = [command_jobs.record.enqueue(f"old-{n}") for n in range(3)]
+    recent = command_jobs.record.enqueue("recent")
+    waiting = command_jobs.record.schedule("later", delay=timedelta(days=30))
+    run("millrace_worker", "--until-idle", "--no-scheduler")
+    Job.objects.filter(uuid__in=old).update(finished_at=datetime.now(UTC) - timedelta(days=8))
+    output = run("millrace_purge", "--batch-size", "2")
+    assert output.startswith("purged 3 finished jobs")
+    assert set(Job.objects.values_list("uuid", flat=True)) == {recent, waiting}
+
+
+@transactional
+def test_purge_takes_an_age_of_its_own() -> None:
+    job_id = command_jobs.record.enqueue("done")
+    run("millrace_worker", "--until-idle", "--no-scheduler")
+    Job.objects.filter(uuid=job_id).update(finished_at=datetime.now(UTC) - timedelta(hours=2))
+    assert run("millrace_purge", "--older-than", "3h", "-v", "0") == "0\n"
+    assert run("millrace_purge", "--older-than", "1h", "-v", "0") == "1\n"
+
+
+def test_purge_without_retention_needs_an_age(settings: Any) -> None:
+    settings.MILLRACE = {"RETENTION": None}
+    with pytest.raises(CommandError, match=r"RETENTION'\] is None.*--older-than"):
+        run("millrace_purge")
+
+
+# -- connection hygiene -----------------------------------------------------------------
+
+
+@transactional
+def test_loop_turns_keep_a_healthy_connection_and_drop_a_broken_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    connection.ensure_connection()
+    with tidy_connections():
+        pass
+    assert connection.connection is not None  # CONN_MAX_AGE=0 does not reconnect each turn
+    connection.errors_occurred = True
+    monkeypatch.setattr(connection, "is_usable", lambda: False)
+    with tidy_connections():
+        assert connection.connection is None
+
+
+@transactional
+def test_a_job_starts_and_ends_with_djangos_request_rules() -> None:
+    connection.ensure_connection()
+    with fresh_connections():
+        assert connection.connection is None  # CONN_MAX_AGE=0: closed before the job
+        connection.ensure_connection()
+    assert connection.connection is None  # and after it

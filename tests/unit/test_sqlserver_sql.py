@@ -1,0 +1,295 @@
+"""The SQL the provider sends SQL Server, compiled by mssql-django without a server.
+
+No SQL Server runs on our machines, so these facts check the T-SQL text: the row-lock
+hints that make claims skip each other's rows, ``TOP``, the claim order, and that every
+instant is a parameter from the storage's clock (never the server's own time). The whole
+kit runs against a real server only when ``MILLRACE_TEST_SQLSERVER_URL`` is set
+(``tests/conformance/test_django_sqlserver.py``).
+
+How to compile without a server: mssql-django asks the server its version once per alias
+and caches the answer on the class, so seeding that cache for a made-up alias avoids the
+connection; ``select_for_update`` asks the connection whether it is in autocommit mode,
+which is stubbed for the compilation. pyodbc (which mssql-django imports) needs Debian's
+``unixodbc`` (``scripts/testdb.sh deps`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from django.db import connections
+from django.db.models import QuerySet
+from django.db.models.sql.subqueries import UpdateQuery
+
+from millrace_django.contract import JobState, JobTransition
+from millrace_django.models import Bookmark, Job, WorkflowInstance
+from millrace_django.models import JobStateCode as Code
+from millrace_django.storage.orm import queries
+from millrace_django.storage.orm.transitions import moved
+from millrace_django.storage.orm.vendors import SQLServer, Vendor, vendor_for
+
+try:
+    import mssql.base as mssql_base
+except Exception as error:  # ImproperlyConfigured when pyodbc cannot load libodbc
+    reason = f"mssql-django cannot be imported ({error}); install unixodbc and the mssql extra"
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+ALIAS = "sqlserver_compiled"
+NOW = datetime(2031, 7, 4, 12, 30, 15, 123456, tzinfo=UTC)
+JOB_ID = UUID("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b")
+READPAST = "WITH (ROWLOCK, UPDLOCK, READPAST)"
+SERVER_TIME = re.compile(
+    r"GETDATE|GETUTCDATE|SYSDATETIME|SYSUTCDATETIME|SYSDATETIMEOFFSET|CURRENT_TIMESTAMP",
+    re.IGNORECASE,
+)
+
+
+@pytest.fixture
+def alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A SQL Server alias that never connects: version caches seeded, autocommit stubbed."""
+    configured = connections.configure_settings(
+        {
+            "default": {"ENGINE": "django.db.backends.dummy"},
+            ALIAS: {"ENGINE": "mssql", "NAME": "millrace", "HOST": "sqlserver.invalid"},
+        }
+    )
+    connections.settings[ALIAS] = configured[ALIAS]
+    mssql_base.DatabaseWrapper._known_versions[ALIAS] = 2022
+    mssql_base.DatabaseWrapper._known_azures[ALIAS] = False
+    monkeypatch.setattr(connections[ALIAS], "get_autocommit", lambda: False)
+    try:
+        yield ALIAS
+    finally:
+        if hasattr(connections._connections, ALIAS):
+            delattr(connections._connections, ALIAS)
+        del connections.settings[ALIAS]
+        mssql_base.DatabaseWrapper._known_versions.pop(ALIAS, None)
+        mssql_base.DatabaseWrapper._known_azures.pop(ALIAS, None)
+
+
+@pytest.fixture
+def vendor(alias: str) -> Vendor:
+    return vendor_for(connections[alias])
+
+
+def compiled(queryset: QuerySet[Any], alias: str) -> tuple[str, tuple[Any, ...]]:
+    sql, params = queryset.query.get_compiler(using=alias).as_sql()
+    assert not SERVER_TIME.search(sql), f"the database's own time is read: {sql}"
+    return sql, tuple(params)
+
+
+def compiled_update(
+    queryset: QuerySet[Any], values: dict[str, Any], alias: str
+) -> tuple[str, tuple[Any, ...]]:
+    """The ``UPDATE`` that ``queryset.update(**values)`` would send."""
+    query = queryset.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(using=alias).as_sql()
+    assert not SERVER_TIME.search(sql), f"the database's own time is read: {sql}"
+    return sql, tuple(params)
+
+
+def top(sql: str) -> int:
+    match = re.search(r"\bTOP\s*\(?\s*(\d+)\s*\)?", sql)
+    assert match, f"no TOP in {sql}"
+    return int(match.group(1))
+
+
+def order_by(sql: str) -> str:
+    return sql[sql.index(" ORDER BY ") + len(" ORDER BY ") :]
+
+
+def transition(target: JobState, **fields: Any) -> JobTransition:
+    return JobTransition(
+        job_id=JOB_ID,
+        expected_worker_id="worker-7",
+        expected_attempt=3,
+        target=target,
+        failures=0,
+        **fields,
+    )
+
+
+def test_the_alias_is_sql_server_through_mssql_django(vendor: Vendor) -> None:
+    assert isinstance(vendor, SQLServer)
+
+
+def test_a_claim_skips_locked_rows_takes_the_top_n_by_priority_then_insertion_order(
+    alias: str,
+) -> None:
+    sql, params = compiled(
+        queries.claim_candidates(Job.objects.using(alias), {"emails", "default"}, NOW, 25), alias
+    )
+
+    assert f"FROM [millrace_job] {READPAST}" in sql
+    assert top(sql) == 25
+    assert order_by(sql) == "[millrace_job].[priority] DESC, [millrace_job].[seq] ASC"
+    assert NOW in params, "the expired-lease test must compare with the clock's now"
+    assert "[millrace_job].[lease_until] <= %s" in sql
+    assert {"default", "emails"} <= set(params)
+
+
+def test_the_apply_fence_waits_for_the_row_lock_instead_of_skipping_it(alias: str) -> None:
+    t = transition(JobState.SUCCEEDED)
+    sql, params = compiled(queries.fenced(Job.objects.using(alias), t)[:1], alias)
+
+    assert "FROM [millrace_job] WITH (ROWLOCK, UPDLOCK)" in sql
+    assert "READPAST" not in sql, "a skipped row would fail a fence that holds"
+    for column in ("uuid", "state", "worker_id", "attempt"):
+        assert f"[millrace_job].[{column}] = %s" in sql
+    assert {JOB_ID.hex, Code.PROCESSING, "worker-7", 3} <= set(params)
+
+
+def test_the_fenced_update_stamps_the_clocks_now_on_a_finished_job(alias: str) -> None:
+    sql, params = compiled_update(
+        Job.objects.using(alias).filter(seq=41), moved(transition(JobState.SUCCEEDED), NOW), alias
+    )
+
+    assert sql.removeprefix("SET NOCOUNT OFF; ").startswith("UPDATE [millrace_job] SET")
+    assert "[finished_at] = %s" in sql
+    assert NOW in params
+    assert "WHERE [millrace_job].[seq] = %s" in sql
+
+
+def test_a_batch_acknowledgement_is_one_update_with_per_row_values(alias: str) -> None:
+    t = transition(JobState.SUCCEEDED)
+    sql, params = compiled_update(
+        Job.objects.using(alias).filter(seq__in=[41, 42]),
+        queries.completed({41: t, 42: t}, NOW),
+        alias,
+    )
+
+    assert sql.count("UPDATE [millrace_job]") == 1
+    assert "[finished_at] = CASE WHEN ([millrace_job].[seq] = %s) THEN %s" in sql
+    assert params.count(NOW) == 2
+
+    fence_sql, _ = compiled(queries.fenced_batch(Job.objects.using(alias), [t, t]), alias)
+    assert "WITH (ROWLOCK, UPDLOCK)" in fence_sql
+    assert "READPAST" not in fence_sql
+
+
+def test_activation_skips_locked_rows_and_takes_the_oldest_due_first(alias: str) -> None:
+    sql, params = compiled(queries.due(Job.objects.using(alias), NOW, 50), alias)
+
+    assert f"FROM [millrace_job] {READPAST}" in sql
+    assert sql.startswith("SELECT TOP 50 [millrace_job].[seq] AS [seq], [millrace_job].[queue]")
+    assert order_by(sql) == "[millrace_job].[due_at] ASC, 1 ASC"  # 1: the selected seq
+    assert "[millrace_job].[due_at] <= %s" in sql
+    assert NOW in params
+
+
+def test_consuming_a_bookmark_locks_only_the_oldest_and_skips_one_being_consumed(
+    alias: str, vendor: Vendor
+) -> None:
+    sql, params = compiled(
+        queries.oldest_bookmark(Bookmark.objects.using(alias), vendor, "paid", "order-9"), alias
+    )
+
+    assert f"FROM [millrace_bookmark] {READPAST}" in sql
+    assert top(sql) == 1
+    # mssql-django stores a uuid as char(32) lowercase hex: its own order is byte order.
+    assert order_by(sql) == "[millrace_bookmark].[created_at] ASC, [millrace_bookmark].[id] ASC"
+    assert {"paid", "order-9"} <= set(params)
+
+
+def test_uniqueidentifier_ids_would_tie_break_on_their_canonical_text(alias: str) -> None:
+    native = SQLServer(uuid_column="uniqueidentifier")
+    sql, _ = compiled(
+        queries.oldest_bookmark(Bookmark.objects.using(alias), native, "paid", "order-9"), alias
+    )
+
+    assert order_by(sql) == (
+        "[millrace_bookmark].[created_at] ASC, "
+        "CAST([millrace_bookmark].[id] AS nvarchar(36)) COLLATE Latin1_General_100_BIN2 ASC"
+    )
+    assert "binary(16)" not in sql.lower(), "binary keeps the mixed-endian layout"
+
+
+def test_a_monitoring_keyset_compares_ids_the_way_it_orders_them(alias: str) -> None:
+    native = SQLServer(uuid_column="uniqueidentifier")
+    rows = WorkflowInstance.objects.using(alias).all()
+    sql, params = compiled(queries.newest_first(rows, native, "id", (NOW, JOB_ID), 51), alias)
+
+    text = "CAST([millrace_workflow_instance].[id] AS nvarchar(36)) COLLATE Latin1_General_100_BIN2"
+    assert f"{text} < (%s COLLATE Latin1_General_100_BIN2)" in sql
+    assert str(JOB_ID).upper() in params, "the bound is the canonical text the cast produces"
+    assert order_by(sql) == f"[millrace_workflow_instance].[created_at] DESC, {text} DESC"
+    assert top(sql) == 51
+    assert NOW in params
+
+
+def test_the_schema_has_the_filtered_indexes_the_hot_paths_need(alias: str) -> None:
+    with connections[alias].schema_editor(collect_sql=True, atomic=False) as editor:
+        editor.create_model(Job)
+    ddl = "\n".join(editor.collected_sql)
+
+    assert "([queue], [priority] DESC, [seq]) WHERE [state] IN (1, 2)" in ddl
+    assert "([due_at], [seq]) WHERE [state] IN (0, 4)" in ddl
+    assert "([parent_id]) WHERE [state] = 7" in ddl
+    assert "UNIQUE INDEX [millrace_job_active_key] ON [millrace_job] ([key_scope]) " in ddl
+    assert "WHERE [key_scope] IS NOT NULL" in ddl
+    assert "[queue] nvarchar(200)  COLLATE Latin1_General_100_BIN2" in ddl
+
+
+class FakeDriverConnection:
+    timeout = 0
+
+
+class FakeConnection:
+    """Just enough of a Django connection for the vendor's timeout code."""
+
+    def __init__(self) -> None:
+        self.connection = FakeDriverConnection()
+        self.executed: list[str] = []
+
+    def ensure_connection(self) -> None:
+        pass
+
+    def cursor(self) -> Any:
+        connection = self
+
+        class Cursor:
+            def __enter__(self) -> Cursor:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                pass
+
+            def execute(self, sql: str, params: Any = None) -> None:
+                connection.executed.append(sql)
+
+        return Cursor()
+
+
+def test_statements_are_bounded_by_the_drivers_query_timeout_for_the_call_only() -> None:
+    connection = FakeConnection()
+
+    with SQLServer().statement_timeout(connection, timedelta(seconds=2.5)):  # type: ignore[arg-type]
+        assert connection.connection.timeout == 3
+    assert connection.connection.timeout == 0
+
+
+def test_lock_waits_are_bounded_when_a_storage_transaction_begins() -> None:
+    connection = FakeConnection()
+
+    SQLServer().begin(connection, timedelta(seconds=2.5))  # type: ignore[arg-type]
+
+    assert connection.executed == ["SET LOCK_TIMEOUT 2500"]
+
+
+def test_monitoring_pages_read_the_monitor_index_in_order_with_mssql_djangos_uuids(
+    alias: str, vendor: Vendor
+) -> None:
+    rows = Job.objects.using(alias).all()
+    sql, _ = compiled(queries.newest_first(rows, vendor, "uuid", (NOW, JOB_ID), 51), alias)
+
+    assert "[millrace_job].[uuid] < %s" in sql
+    assert order_by(sql) == "[millrace_job].[created_at] DESC, [millrace_job].[uuid] DESC"
