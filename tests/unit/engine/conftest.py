@@ -11,16 +11,6 @@ from tests.unit.engine import sample_jobs
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def storage(clock: FakeClock) -> MemoryStorage:
-    return MemoryStorage(clock)
-
-
-@pytest.fixture
 def config() -> EngineSettings:
     return EngineSettings(
         queues=frozenset({"default", "emails"}),

@@ -24,16 +24,6 @@ def clean_board() -> Iterator[None]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def storage(clock: FakeClock) -> MemoryStorage:
-    return MemoryStorage(clock)
-
-
-@pytest.fixture
 def settings() -> RuntimeSettings:
     """Fast polling; leases and heartbeats in fake time (the clock only moves when told)."""
     return RuntimeSettings(
