@@ -71,7 +71,6 @@ def job_codes(states: frozenset[JobState] | set[JobState]) -> list[int]:
 
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
-_READY = job_codes({JobState.ENQUEUED, JobState.PROCESSING})
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 
 
@@ -119,7 +118,13 @@ class Job(models.Model):
             PartialIndex(
                 name="millrace_job_ready",
                 fields=["queue", "-priority", "seq"],
-                condition=Q(state__in=_READY),
+                condition=Q(state=JobStateCode.ENQUEUED),
+                lead=["state"],
+            ),
+            PartialIndex(
+                name="millrace_job_leased",
+                fields=["lease_until"],
+                condition=Q(state=JobStateCode.PROCESSING),
                 lead=["state"],
             ),
             PartialIndex(

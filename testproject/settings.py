@@ -117,15 +117,15 @@ for _alias, _variable in (
         DATABASES[_alias] = _server_database(os.environ[_variable])
 
 # Tuned for watching the demo: a one-second heartbeat notices a cancel request within a
-# second, and idle workers poll at least every second. Production keeps the defaults
-# (docs/operating-workers.md).
+# second, idle workers poll at least every second, and Ctrl-C gives running jobs 3 s to
+# finish. Production keeps the defaults (docs/operating-workers.md).
 MILLRACE = {
     "QUEUES": ["default", "emails", "reports"],
     "LEASE": 30,
     "HEARTBEAT": 1,
     "POLL_MAX": 1,
     "SCHEDULER_INTERVAL": 0.5,
-    "SHUTDOWN_TIMEOUT": 10,
+    "SHUTDOWN_TIMEOUT": 3,
 }
 
 USE_TZ = True

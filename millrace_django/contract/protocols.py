@@ -189,12 +189,16 @@ class WorkflowStorage(Protocol):
     """Workflow instances (checkpointed documents) and bookmarks (durable waits)."""
 
     def create_instance(
-        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+        self,
+        instance: WorkflowInstanceRecord,
+        enqueue: Sequence[JobRecord] = (),
+        bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
-        """Store ``instance`` with revision 1 (whatever it carries) and insert
-        ``enqueue`` in the same atom, so a started instance is never stranded without its
-        first job. A duplicate id raises
-        :class:`~millrace_django.errors.ConcurrencyConflict`; nothing is stored."""
+        """Store ``instance`` with revision 1 (whatever it carries), insert ``enqueue``
+        (with :meth:`JobStorage.enqueue` semantics) and ``bookmarks`` in the same atom, so
+        a started instance is never stranded without its first job or its first wait. A
+        duplicate instance id raises :class:`~millrace_django.errors.ConcurrencyConflict`;
+        any refusal stores nothing."""
         ...
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None: ...
@@ -217,6 +221,29 @@ class WorkflowStorage(Protocol):
         RFC 4122 byte order), at most once under any concurrency; ``None`` if none waits.
         The jobs ``enqueue`` builds from the consumed bookmark are inserted in the same
         atom, so a delivered signal is never lost between the two."""
+        ...
+
+    def consume_bookmark_by_id(
+        self,
+        bookmark_id: UUID,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        """Delete and return the bookmark ``bookmark_id``, at most once under any
+        concurrency, also against :meth:`consume_bookmark` (whichever consumes it first
+        wins, the other sees nothing); ``None`` if it is gone. The jobs ``enqueue`` builds
+        are inserted in the same atom, exactly as for :meth:`consume_bookmark`. This is
+        how a wait's timeout races its signal."""
+        ...
+
+    def cancel_instance(self, instance_id: UUID) -> bool:
+        """Cancel a workflow instance, in one atom: unless it is unknown or already in a
+        terminal state (then ``False``, nothing changes), its state becomes ``cancelled``
+        with ``revision + 1`` and ``updated_at = now`` (data and cursor kept), every
+        bookmark of the instance is deleted, and every job carrying its
+        ``workflow_instance_id`` is cancelled as :meth:`JobStorage.try_cancel` would
+        (pre-active jobs ``cancelled`` with their ``awaiting`` closure and keys released;
+        ``processing`` ones flagged ``cancel_requested``). Returns ``True``. A checkpoint
+        still in flight for the instance then fails its revision check."""
         ...
 
 

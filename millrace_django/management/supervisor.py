@@ -37,6 +37,9 @@ PARENT_CHECK_SECONDS = 0.5
 class ChildExit:
     pid: int
     returncode: int
+    clean: bool
+    """Exited 0, or died of a stop signal the parent forwarded before the child could
+    handle it (it was still starting: nothing to drain)."""
 
 
 def child_command(arguments: Sequence[str]) -> list[str]:
@@ -66,9 +69,11 @@ def supervise(
     env = child_environment()
     children: list[subprocess.Popen[bytes]] = []
     stopping = threading.Event()
+    forwarded: set[int] = set()
 
     def forward(signum: int, frame: FrameType | None) -> None:
         stopping.set()
+        forwarded.add(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
@@ -81,7 +86,11 @@ def supervise(
             f"started {len(children)} worker processes: "
             + ", ".join(str(child.pid) for child in children)
         )
-        return _wait(children, stopping)
+        exits = _wait(children, stopping)
+        return [
+            ChildExit(pid, code, code == 0 or (code < 0 and -code in forwarded))
+            for pid, code in exits
+        ]
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
@@ -91,8 +100,11 @@ def supervise(
                 child.wait()
 
 
-def _wait(children: list[subprocess.Popen[bytes]], stopping: threading.Event) -> list[ChildExit]:
-    exits: dict[int, ChildExit] = {}
+def _wait(
+    children: list[subprocess.Popen[bytes]], stopping: threading.Event
+) -> list[tuple[int, int]]:
+    """(pid, return code) of each child, once all have exited."""
+    exits: dict[int, int] = {}
     while len(exits) < len(children):
         for child in children:
             if child.pid in exits:
@@ -100,7 +112,7 @@ def _wait(children: list[subprocess.Popen[bytes]], stopping: threading.Event) ->
             code = child.poll()
             if code is None:
                 continue
-            exits[child.pid] = ChildExit(child.pid, code)
+            exits[child.pid] = code
             if code != 0 and not stopping.is_set():
                 logger.error(
                     "worker process %d exited with code %d; stopping the others", child.pid, code
@@ -110,7 +122,7 @@ def _wait(children: list[subprocess.Popen[bytes]], stopping: threading.Event) ->
                     if other.poll() is None:
                         other.send_signal(signal.SIGTERM)
         time.sleep(POLL_SECONDS)
-    return [exits[child.pid] for child in children]
+    return [(child.pid, exits[child.pid]) for child in children]
 
 
 def watch_parent(parent_pid: int, request_stop: Callable[[], None]) -> threading.Event:

@@ -147,19 +147,21 @@ class Processes:
         for process in self._started:
             process.stop_hard()
         for process in self._started:
-            for child in _children_of(process.pid):
+            for child in session_members(process.pid):
                 _kill(child)
 
 
-def _children_of(pid: int) -> list[int]:
-    """Processes still in ``pid``'s session (the children of ``--processes``)."""
+def session_members(pid: int) -> list[int]:
+    """Live processes in the session ``pid`` leads (it and the children of
+    ``--processes``)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if os.getsid(int(entry.name)) == pid:
-                found.append(int(entry.name))
+            member = int(entry.name)
+            if os.getsid(member) == pid and not _is_zombie(member):
+                found.append(member)
         except (ProcessLookupError, PermissionError):
             continue
     return found
@@ -168,3 +170,11 @@ def _children_of(pid: int) -> list[int]:
 def _kill(pid: int) -> None:
     with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return status.rpartition(")")[2].split()[0] == "Z"

@@ -29,7 +29,7 @@ from millrace_django.models import JOB_STATE_CODES, JOB_STATES, Job, Recurring
 from millrace_django.storage.orm import DjangoStorage
 from tests.conformance.django_harness import require_alias
 from tests.integration import ledger_jobs
-from tests.integration.processes import Ledger, Processes, wait_until
+from tests.integration.processes import Ledger, Processes, session_members, wait_until
 
 ALIAS = "postgres"
 require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
@@ -196,3 +196,17 @@ def test_two_thousand_jobs_across_two_processes_of_four_threads_complete_once_ea
     assert len(workers) == 2 and parent.pid not in workers
     attempts = Job.objects.using(ALIAS).values_list("attempt", flat=True)
     assert set(attempts) == {1}
+
+
+def test_worker_processes_whose_parent_was_killed_stop_on_their_own(
+    processes: Processes,
+) -> None:
+    parent = processes.start("millrace_worker", "--processes=2")
+    wait_until(lambda: parent.log().count(STARTED) == 2, 30, "both children claiming")
+    children = set(session_members(parent.pid)) - {parent.pid}
+    assert len(children) == 2
+
+    parent.send(signal.SIGKILL)
+    assert parent.exit_code(10) == -signal.SIGKILL
+    wait_until(lambda: not session_members(parent.pid), 20, "the orphaned children's exit")
+    assert parent.log().count("parent process") == 2  # each noticed, and drained

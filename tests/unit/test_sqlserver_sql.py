@@ -125,16 +125,20 @@ def test_the_alias_is_sql_server_through_mssql_django(vendor: Vendor) -> None:
 def test_a_claim_skips_locked_rows_takes_the_top_n_by_priority_then_insertion_order(
     alias: str,
 ) -> None:
-    sql, params = compiled(
-        queries.claim_candidates(Job.objects.using(alias), {"emails", "default"}, NOW, 25), alias
+    jobs = Job.objects.using(alias)
+    ready, ready_params = compiled(queries.claim_candidates(jobs, {"emails", "default"}, 25), alias)
+    expired, expired_params = compiled(
+        queries.expired_candidates(jobs, {"emails", "default"}, NOW, 25), alias
     )
 
-    assert f"FROM [millrace_job] {READPAST}" in sql
-    assert top(sql) == 25
-    assert order_by(sql) == "[millrace_job].[priority] DESC, [millrace_job].[seq] ASC"
-    assert NOW in params, "the expired-lease test must compare with the clock's now"
-    assert "[millrace_job].[lease_until] <= %s" in sql
-    assert {"default", "emails"} <= set(params)
+    for sql, params in ((ready, ready_params), (expired, expired_params)):
+        assert f"FROM [millrace_job] {READPAST}" in sql
+        assert top(sql) == 25
+        assert order_by(sql) == "[millrace_job].[priority] DESC, [millrace_job].[seq] ASC"
+        assert {"default", "emails"} <= set(params)
+    assert "[millrace_job].[state] = %s" in ready and 1 in ready_params
+    assert NOW in expired_params, "the expired-lease test must compare with the clock's now"
+    assert "[millrace_job].[lease_until] <= %s" in expired
 
 
 def test_the_apply_fence_waits_for_the_row_lock_instead_of_skipping_it(alias: str) -> None:
@@ -231,7 +235,8 @@ def test_the_schema_has_the_filtered_indexes_the_hot_paths_need(alias: str) -> N
         editor.create_model(Job)
     ddl = "\n".join(editor.collected_sql)
 
-    assert "([queue], [priority] DESC, [seq]) WHERE [state] IN (1, 2)" in ddl
+    assert "([queue], [priority] DESC, [seq]) WHERE [state] = 1" in ddl
+    assert "([lease_until]) WHERE [state] = 2" in ddl
     assert "([due_at], [seq]) WHERE [state] IN (0, 4)" in ddl
     assert "([parent_id]) WHERE [state] = 7" in ddl
     assert "UNIQUE INDEX [millrace_job_active_key] ON [millrace_job] ([key_scope]) " in ddl

@@ -133,6 +133,8 @@ class Command(BaseCommand):
                 if scheduling is not None:
                     scheduling.join(JOIN_SECONDS)
         finally:
+            if scheduler is not None:
+                scheduler.request_stop()  # also when the worker failed
             if parent_watch is not None:
                 parent_watch.set()
             close_connections()
@@ -167,7 +169,7 @@ class Command(BaseCommand):
             for index in range(processes)
         ]
         exits = supervisor.supervise(commands, announce=self.stderr.write)
-        failed = [child for child in exits if child.returncode != 0]
+        failed = [child for child in exits if not child.clean]
         if failed:
             raise CommandError(
                 "worker process(es) failed: "

@@ -18,12 +18,14 @@ from millrace_django.contract import (
     INSERTABLE_JOB_STATES,
     LOG_LINE_CAP,
     PRE_ACTIVE_JOB_STATES,
+    TERMINAL_INSTANCE_STATES,
     TERMINAL_JOB_STATES,
     TRANSITION_TARGETS,
     AttemptOutcome,
     BookmarkRecord,
     Capabilities,
     ClaimRequest,
+    InstanceState,
     JobAttempt,
     JobRecord,
     JobState,
@@ -382,7 +384,10 @@ class MemoryJobStore:
     # -- workflows -----------------------------------------------------------------------
 
     def create_instance(
-        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+        self,
+        instance: WorkflowInstanceRecord,
+        enqueue: Sequence[JobRecord] = (),
+        bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
         with self._atomic() as log:
             if instance.id in log.tables.instances:
@@ -390,6 +395,8 @@ class MemoryJobStore:
             log.set(log.tables.instances, instance.id, replace(instance, revision=1))
             for job in enqueue:
                 self._insert(log, job)
+            for bookmark in bookmarks:
+                self._insert_bookmark(log, bookmark)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         with self._reading() as tables:
@@ -439,3 +446,50 @@ class MemoryJobStore:
             for job in enqueue(oldest) if enqueue is not None else ():
                 self._insert(log, job)
             return oldest
+
+    def consume_bookmark_by_id(
+        self,
+        bookmark_id: UUID,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        with self._atomic() as log:
+            bookmark = log.tables.bookmarks.get(bookmark_id)
+            if bookmark is None:
+                return None
+            log.set(log.tables.bookmarks, bookmark.id, None)
+            for job in enqueue(bookmark) if enqueue is not None else ():
+                self._insert(log, job)
+            return bookmark
+
+    def cancel_instance(self, instance_id: UUID) -> bool:
+        with self._atomic() as log:
+            tables = log.tables
+            stored = tables.instances.get(instance_id)
+            if stored is None or stored.state in TERMINAL_INSTANCE_STATES:
+                return False
+            now = self.clock.now()
+            cancelled = replace(
+                stored,
+                state=InstanceState.CANCELLED,
+                revision=stored.revision + 1,
+                updated_at=now,
+            )
+            log.set(tables.instances, instance_id, cancelled)
+            for bookmark in [b for b in tables.bookmarks.values() if b.instance_id == instance_id]:
+                log.set(tables.bookmarks, bookmark.id, None)
+            owned = [
+                job
+                for job in tables.jobs.values()
+                if job.workflow_instance_id == instance_id and job.state not in TERMINAL_JOB_STATES
+            ]
+            owned.sort(key=lambda job: tables.seq[job.id])
+            for job in owned:
+                current = tables.jobs[job.id]  # an earlier closure may have cancelled it
+                if current.state is JobState.PROCESSING:
+                    log.put_job(current, replace(current, cancel_requested=True))
+                elif current.state in PRE_ACTIVE_JOB_STATES:
+                    log.put_job(
+                        current, replace(current, state=JobState.CANCELLED, finished_at=now)
+                    )
+                    self._cancel_awaiting_closure(log, current.id, now)
+            return True

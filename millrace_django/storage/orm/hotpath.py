@@ -38,14 +38,19 @@ class HotPath(Protocol):
 
 
 class OrmHotPath:
-    """Claim: lock the next rows skipping locked ones (``FOR UPDATE SKIP LOCKED``,
-    ``READPAST`` on SQL Server, a no-op under SQLite's immediate transactions, which
-    serialize writers anyway), then lease them. Completion: lock the fenced rows, then
+    """Claim: lock the next enqueued rows and the next expired leases, skipping locked
+    ones (``FOR UPDATE SKIP LOCKED``, ``READPAST`` on SQL Server, a no-op under SQLite's
+    immediate transactions, which serialize writers anyway), each in claim order from
+    its own partial index; lease the first ``max_count`` of both (the others stay locked
+    until commit). Completion: lock the fenced rows, then
     one ``UPDATE`` with per-row values."""
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         now = ctx.clock.now()
-        rows = list(queries.claim_candidates(ctx.jobs(), request.queues, now, request.max_count))
+        limit = request.max_count
+        ready = list(queries.claim_candidates(ctx.jobs(), request.queues, limit))
+        expired = list(queries.expired_candidates(ctx.jobs(), request.queues, now, limit))
+        rows = sorted(ready + expired, key=lambda row: (-row.priority, row.seq))[:limit]
         if not rows:
             return []
         history.record(

@@ -36,16 +36,44 @@ _COLUMNS = ", ".join(f"j.{_q(f.column)}" for f in Job._meta.concrete_fields if f
 
 # Lock the next claimable rows, remember what they were (an expired lease is recorded as
 # an interrupted attempt of its previous owner, and that job's history pruned), lease
-# them. All CTEs see one snapshot; RETURNING order is unspecified, hence the ORDER BY.
-_CLAIM_SQL = f"""
-WITH picked AS (
-    SELECT seq, state AS prior_state, attempt AS prior_attempt, worker_id AS prior_worker
+# them. Two sources, each read in claim order from its own partial index and stopping
+# after LIMIT rows: enqueued jobs (millrace_job_ready, one ordered scan per queue) and
+# expired leases (millrace_job_leased, by lease_until: few rows). The top LIMIT of both
+# are leased; the rest stay locked until the statement's transaction ends. All CTEs see
+# one snapshot; RETURNING order is unspecified, hence the final ORDER BY.
+_READY_ONE_QUEUE = f"""
+    SELECT seq, priority, attempt, worker_id, false AS expired
     FROM {_JOBS}
-    WHERE queue = ANY(%(queues)s)
-      AND (state = {Code.ENQUEUED} OR (state = {Code.PROCESSING} AND lease_until <= %(now)s))
+    WHERE queue = %(queue)s AND state = {Code.ENQUEUED}
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+"""
+_READY_QUEUES = f"""
+    SELECT r.* FROM unnest(%(queues)s::text[]) AS q (name)
+    CROSS JOIN LATERAL (
+        SELECT seq, priority, attempt, worker_id, false AS expired
+        FROM {_JOBS}
+        WHERE queue = q.name AND state = {Code.ENQUEUED}
+        ORDER BY priority DESC, seq
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+"""
+_CLAIM_SQL = f"""
+WITH ready AS ({{ready}}
+), expired AS (
+    SELECT seq, priority, attempt, worker_id, true AS expired
+    FROM {_JOBS}
+    WHERE state = {Code.PROCESSING} AND lease_until <= %(now)s AND {{queue_test}}
+    ORDER BY priority DESC, seq
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT seq, expired, attempt AS prior_attempt, worker_id AS prior_worker
+    FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS candidates
+    ORDER BY priority DESC, seq
+    LIMIT %(limit)s
 ), leased AS (
     UPDATE {_JOBS} AS j
     SET state = {Code.PROCESSING}, worker_id = %(worker)s, lease_until = %(until)s,
@@ -58,16 +86,18 @@ WITH picked AS (
     SELECT seq, prior_attempt, {AttemptOutcomeCode.INTERRUPTED}, %(now)s,
            prior_worker, NULL
     FROM picked
-    WHERE prior_state = {Code.PROCESSING}
+    WHERE expired
     ON CONFLICT (job_id, attempt) DO NOTHING
 ), pruned AS (
     DELETE FROM {_ATTEMPTS} AS a
     USING picked
-    WHERE picked.prior_state = {Code.PROCESSING} AND a.job_id = picked.seq
+    WHERE picked.expired AND a.job_id = picked.seq
       AND a.attempt < picked.prior_attempt - {ATTEMPT_HISTORY_CAP - 1}
 )
 SELECT * FROM leased ORDER BY priority DESC, seq
 """
+_CLAIM_ONE_QUEUE = _CLAIM_SQL.format(ready=_READY_ONE_QUEUE, queue_test="queue = %(queue)s")
+_CLAIM_QUEUES = _CLAIM_SQL.format(ready=_READY_QUEUES, queue_test="queue = ANY(%(queues)s)")
 
 # Fenced, set-based acknowledgement: a row moves only if it still matches its own
 # transition's (processing, worker, attempt).
@@ -101,14 +131,19 @@ class PostgresHotPath:
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         now = ctx.clock.now()
-        params = {
-            "queues": sorted(request.queues),
+        params: dict[str, Any] = {
             "now": now,
             "limit": request.max_count,
             "worker": request.worker_id,
             "until": now + request.lease,
         }
-        rows = Job.objects.using(ctx.alias).raw(_CLAIM_SQL, params)
+        if len(request.queues) == 1:
+            (params["queue"],) = request.queues
+            sql = _CLAIM_ONE_QUEUE
+        else:
+            params["queues"] = sorted(request.queues)
+            sql = _CLAIM_QUEUES
+        rows = Job.objects.using(ctx.alias).raw(sql, params)
         return [job_record(row) for row in rows]
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:

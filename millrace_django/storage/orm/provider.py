@@ -163,9 +163,12 @@ class DjangoStorage:
     # -- WorkflowStorage ---------------------------------------------------------------
 
     def create_instance(
-        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+        self,
+        instance: WorkflowInstanceRecord,
+        enqueue: Sequence[JobRecord] = (),
+        bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
-        self._workflows.create_instance(instance, enqueue)
+        self._workflows.create_instance(instance, enqueue, bookmarks)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         return self._workflows.get_instance(instance_id)
@@ -183,6 +186,16 @@ class DjangoStorage:
         enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
     ) -> BookmarkRecord | None:
         return self._workflows.consume_bookmark(signal_name, correlation_id, enqueue)
+
+    def consume_bookmark_by_id(
+        self,
+        bookmark_id: UUID,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        return self._workflows.consume_bookmark_by_id(bookmark_id, enqueue)
+
+    def cancel_instance(self, instance_id: UUID) -> bool:
+        return self._workflows.cancel_instance(instance_id)
 
     # -- MonitoringStorage -------------------------------------------------------------
 

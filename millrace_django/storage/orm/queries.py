@@ -39,19 +39,28 @@ if TYPE_CHECKING:
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 
 
-def claimable(now: datetime) -> Q:
-    """Enqueued, or processing under a lease that has run out by ``now``."""
-    return Q(state=Code.ENQUEUED) | Q(state=Code.PROCESSING, lease_until__lte=now)
-
-
 def claim_candidates(
-    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+    jobs: QuerySet[Job], queues: Collection[str], limit: int
 ) -> QuerySet[Job]:
-    """The next ``limit`` claimable jobs of ``queues``, locked, skipping rows another
-    claimer holds: priority first, then insertion order, across all the queues."""
+    """The next ``limit`` enqueued jobs of ``queues``, locked, skipping rows another
+    claimer holds: priority first, then insertion order, across all the queues (read
+    from ``millrace_job_ready``)."""
     return (
         jobs.select_for_update(skip_locked=True)
-        .filter(claimable(now), queue__in=sorted(queues))
+        .filter(state=Code.ENQUEUED, queue__in=sorted(queues))
+        .order_by("-priority", "seq")[:limit]
+    )
+
+
+def expired_candidates(
+    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+) -> QuerySet[Job]:
+    """The next ``limit`` jobs of ``queues`` still ``processing`` under a lease that has
+    run out by ``now``, locked, skipping rows another claimer holds, in claim order
+    (found through ``millrace_job_leased``)."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(state=Code.PROCESSING, lease_until__lte=now, queue__in=sorted(queues))
         .order_by("-priority", "seq")[:limit]
     )
 

@@ -7,8 +7,18 @@ from uuid import UUID
 
 from django.db import IntegrityError
 
-from millrace_django.contract import BookmarkRecord, JobRecord, WorkflowInstanceRecord
+from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
+    PRE_ACTIVE_JOB_STATES,
+    TERMINAL_INSTANCE_STATES,
+    BookmarkRecord,
+    InstanceState,
+    JobRecord,
+    WorkflowInstanceRecord,
+)
 from millrace_django.errors import ConcurrencyConflict, StorageError
+from millrace_django.models import INSTANCE_STATE_CODES, job_codes
+from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
@@ -18,6 +28,10 @@ from millrace_django.storage.orm.rows import (
     instance_fields,
     instance_record,
 )
+
+_ACTIVE = job_codes(ACTIVE_JOB_STATES)
+_PRE_ACTIVE = job_codes(PRE_ACTIVE_JOB_STATES)
+_TERMINAL_INSTANCE = [INSTANCE_STATE_CODES[s] for s in TERMINAL_INSTANCE_STATES]
 
 
 def checkpoint(ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
@@ -41,7 +55,10 @@ class OrmWorkflows:
         self._ctx = ctx
 
     def create_instance(
-        self, instance: WorkflowInstanceRecord, enqueue: Sequence[JobRecord] = ()
+        self,
+        instance: WorkflowInstanceRecord,
+        enqueue: Sequence[JobRecord] = (),
+        bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
         def create() -> None:
             try:
@@ -51,6 +68,8 @@ class OrmWorkflows:
                     f"workflow instance {instance.id} already exists"
                 ) from error
             insert_jobs(self._ctx, enqueue)
+            if bookmarks:
+                self._insert_bookmarks(bookmarks)
 
         self._ctx.tx.write(create)
 
@@ -62,13 +81,14 @@ class OrmWorkflows:
         self._ctx.tx.write(lambda: checkpoint(self._ctx, instance, expected_revision))
 
     def add_bookmark(self, bookmark: BookmarkRecord) -> None:
-        def add() -> None:
-            try:
-                self._ctx.bookmarks().bulk_create([bookmark_row(bookmark)])
-            except IntegrityError as error:
-                raise StorageError(f"bookmark {bookmark.id} already exists") from error
+        self._ctx.tx.write(lambda: self._insert_bookmarks([bookmark]))
 
-        self._ctx.tx.write(add)
+    def _insert_bookmarks(self, bookmarks: Sequence[BookmarkRecord]) -> None:
+        try:
+            self._ctx.bookmarks().bulk_create([bookmark_row(b) for b in bookmarks])
+        except IntegrityError as error:
+            ids = ", ".join(str(b.id) for b in bookmarks)
+            raise StorageError(f"a bookmark among {ids} already exists") from error
 
     def consume_bookmark(
         self,
@@ -89,3 +109,71 @@ class OrmWorkflows:
             return consumed
 
         return self._ctx.tx.write(consume)
+
+    def consume_bookmark_by_id(
+        self,
+        bookmark_id: UUID,
+        enqueue: Callable[[BookmarkRecord], Sequence[JobRecord]] | None = None,
+    ) -> BookmarkRecord | None:
+        def consume() -> BookmarkRecord | None:
+            row = self._ctx.bookmarks().select_for_update().filter(id=bookmark_id).first()
+            if row is None:
+                return None
+            self._ctx.bookmarks().filter(id=row.id).delete()
+            consumed = bookmark_record(row)
+            if enqueue is not None:
+                insert_jobs(self._ctx, enqueue(consumed))
+            return consumed
+
+        return self._ctx.tx.write(consume)
+
+    def cancel_instance(self, instance_id: UUID) -> bool:
+        def cancel() -> bool:
+            # Jobs first, as a transition locks its job before the instance; then the
+            # instance, which serializes with every checkpoint; then the jobs again, to
+            # catch those a checkpoint committed while this call waited for a lock.
+            owned = self._lock_owned_jobs(instance_id)
+            stored = (
+                self._ctx.instances()
+                .select_for_update()
+                .filter(id=instance_id)
+                .values_list("state", "revision")
+                .first()
+            )
+            if stored is None or stored[0] in _TERMINAL_INSTANCE:
+                return False
+            owned.update(self._lock_owned_jobs(instance_id))
+            now = self._ctx.clock.now()
+            self._ctx.instances().filter(id=instance_id).update(
+                state=INSTANCE_STATE_CODES[InstanceState.CANCELLED],
+                revision=stored[1] + 1,
+                updated_at=now,
+            )
+            self._ctx.bookmarks().filter(instance_id=instance_id).delete()
+            running = [uuid for uuid, state in owned.items() if state == Code.PROCESSING]
+            waiting = [uuid for uuid, state in owned.items() if state in _PRE_ACTIVE]
+            if running:
+                self._ctx.jobs().filter(uuid__in=running).update(cancel_requested=True)
+            if waiting:
+                # transitions imports this module, so import it here
+                from millrace_django.storage.orm.transitions import cancel_awaiting_closure
+
+                self._ctx.jobs().filter(uuid__in=waiting).update(
+                    state=Code.CANCELLED, finished_at=now, key_scope=None
+                )
+                for job_id in waiting:
+                    cancel_awaiting_closure(self._ctx, job_id, now)
+            return True
+
+        return self._ctx.tx.write(cancel)
+
+    def _lock_owned_jobs(self, instance_id: UUID) -> dict[UUID, int]:
+        """The active jobs of the instance (``uuid -> state code``), rows locked."""
+        rows = (
+            self._ctx.jobs()
+            .select_for_update()
+            .filter(workflow_instance_id=instance_id, state__in=_ACTIVE)
+            .order_by("seq")
+            .values_list("uuid", "state")
+        )
+        return dict(rows)
