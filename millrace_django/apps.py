@@ -10,5 +10,6 @@ class MillraceConfig(AppConfig):
 
     def ready(self) -> None:
         from millrace_django import checks, wiring  # noqa: F401 - registers the system checks
+        from millrace_django.dashboard import checks as dashboard_checks  # noqa: F401
 
         wiring.install()

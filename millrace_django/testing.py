@@ -34,6 +34,7 @@ from uuid import UUID
 from millrace_django.clock import FakeClock
 from millrace_django.contract import (
     ClaimRequest,
+    InstanceState,
     JobQuery,
     JobRecord,
     JobState,
@@ -47,9 +48,10 @@ from millrace_django.engine import (
     JobContext,
     set_default_client,
 )
-from millrace_django.errors import MillraceError
+from millrace_django.engine.workflow import WorkflowClient, WorkflowInstance
+from millrace_django.errors import ConcurrencyConflict, MillraceError, StorageError
 from millrace_django.runtime import activate_due, fire_due_recurring, run_claimed
-from millrace_django.runtime.execution import flush_progress
+from millrace_django.runtime.execution import flush_progress, remerge
 from millrace_django.storage.memory import MemoryStorage
 
 MAX_PASSES = 10_000
@@ -181,6 +183,12 @@ class JobRunner:
         self.client = JobClient(self.storage, self.clock, config)
         self._queues = frozenset(config.queues)
 
+    @property
+    def workflows(self) -> WorkflowClient:
+        """Start, signal, cancel, recover and read workflow instances in this runner's
+        storage (which must also store workflows, as the memory and ORM providers do)."""
+        return WorkflowClient(self.storage, self.clock, self.config)
+
     @contextmanager
     def installed(self) -> Iterator[JobRunner]:
         """Make :attr:`client` the default client (behind ``fn.enqueue()``) inside the
@@ -269,6 +277,23 @@ class JobRunner:
     def assert_succeeded(self, job_id: UUID) -> JobRecord:
         return self.assert_state(job_id, JobState.SUCCEEDED)
 
+    def assert_instance(self, instance_id: UUID, state: InstanceState) -> WorkflowInstance:
+        """Fail unless the workflow instance is in ``state``; returns it."""
+        instance = self.workflows.get(instance_id)
+        if instance is None:
+            raise AssertionError(f"no workflow instance {instance_id} is stored")
+        if instance.state is not state:
+            raise AssertionError(
+                f"workflow instance {instance_id} ({instance.definition_id} "
+                f"v{instance.version}) is {instance.state.value}, not {state.value}"
+                + (
+                    f"; error at {instance.failed_node}:\n{instance.error}"
+                    if instance.error
+                    else ""
+                )
+            )
+        return instance
+
     # -- inside -----------------------------------------------------------------------------
 
     def _schedule(self) -> None:
@@ -277,11 +302,20 @@ class JobRunner:
         fire_due_recurring(self.storage, self.clock, now, ACTIVATION_BATCH)
 
     def _run(self, job: JobRecord, *, throw_on_failure: bool) -> None:
-        context = JobContext.for_job(job, self.clock)
+        context = JobContext.for_job(job, self.clock, storage=self.storage)
         outcome = run_claimed(job, context, clock=self.clock, config=self.config)
         flush_progress(self.storage, job, context)
         transition = outcome.transition
-        if transition is None or not self.storage.apply(transition):
+        if transition is None:
+            return
+        result: bool | StorageError
+        try:
+            result = self.storage.apply(transition)
+        except ConcurrencyConflict as conflict:  # re-merged as the worker does
+            transition, result = remerge(self.storage, job, context, transition, conflict)
+        if isinstance(result, StorageError):
+            raise result
+        if not result:
             return
         if transition.target is JobState.DEAD and throw_on_failure:
             raise JobFailed(self.get(job.id)) from outcome.error

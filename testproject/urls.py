@@ -1,4 +1,8 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [
+    # The Millrace dashboard sits inside the admin's URL space, before the admin's own.
+    path("admin/millrace/", include("millrace_django.dashboard.urls")),
+    path("admin/", admin.site.urls),
+]

@@ -16,12 +16,15 @@ from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
     create_instance,
+    job_in_state,
     make_bookmark,
     make_instance,
     make_job,
     race,
     state_of,
     stored_instance,
+    stored_job,
+    succeed,
     with_fields,
 )
 from millrace_django.contract import (
@@ -29,9 +32,10 @@ from millrace_django.contract import (
     InstanceState,
     JobRecord,
     JobState,
+    WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
-from millrace_django.errors import ConcurrencyConflict, ParentJobNotFound
+from millrace_django.errors import ConcurrencyConflict, ParentJobNotFound, StorageError
 from millrace_django.ids import new_id
 
 _Resume = Callable[[BookmarkRecord], Sequence[JobRecord]]
@@ -338,3 +342,240 @@ class WorkflowStorageFacts(FactGroup):
             assert results[winners[0]] == bookmark
             stored = [job.id for job in jobs if store.jobs.get_job(job.id) is not None]
             assert stored == [jobs[winners[0]].id]
+
+    def test_create_instance_with_bookmarks_stores_its_first_waits_in_the_same_atom(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """create_instance with bookmarks stores its first waits in the same atom."""
+        instance = make_instance(clock, state=InstanceState.SUSPENDED)
+        wait = make_bookmark(clock, instance.id, correlation_id="first-wait")
+        timer = make_job(clock, state=JobState.SCHEDULED, due_at=clock.now() + timedelta(minutes=5))
+        store.workflows.create_instance(instance, enqueue=[timer], bookmarks=[wait])
+        assert stored_instance(store, instance.id) == instance
+        assert state_of(store, timer.id) is JobState.SCHEDULED
+        assert _consume(store, "approved", "first-wait") == wait
+
+    def test_an_instance_whose_first_wait_cannot_be_stored_is_not_created(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """An instance whose first wait cannot be stored is not created (nor its jobs)."""
+        other = create_instance(store, clock)
+        taken = make_bookmark(clock, other.id)
+        store.workflows.add_bookmark(taken)
+        instance = make_instance(clock)
+        job = make_job(clock, workflow_instance_id=instance.id, activity_node_id="start")
+        clash = with_fields(taken, instance_id=instance.id)
+        with pytest.raises(StorageError):
+            store.workflows.create_instance(instance, enqueue=[job], bookmarks=[clash])
+        assert store.workflows.get_instance(instance.id) is None
+        assert store.jobs.get_job(job.id) is None
+        duplicate = with_fields(other, data={"again": True})
+        fresh = make_bookmark(clock, other.id, correlation_id="never-stored")
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.create_instance(duplicate, bookmarks=[fresh])
+        assert _consume(store, "approved", "never-stored") is None
+
+    def test_consume_bookmark_by_id_deletes_and_returns_that_bookmark_once(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """consume_bookmark_by_id deletes and returns that bookmark once, whatever its age."""
+        instance = create_instance(store, clock)
+        older = make_bookmark(clock, instance.id)
+        clock.advance(timedelta(seconds=1))
+        newer = make_bookmark(clock, instance.id)
+        store.workflows.add_bookmark(older)
+        store.workflows.add_bookmark(newer)
+        assert store.workflows.consume_bookmark_by_id(newer.id) == newer
+        assert store.workflows.consume_bookmark_by_id(newer.id) is None
+        assert store.workflows.consume_bookmark_by_id(new_id(clock)) is None
+        assert _consume(store, "approved", "order-1") == older
+        assert _consume(store, "approved", "order-1") is None
+
+    def test_consume_bookmark_by_id_enqueues_its_jobs_in_the_same_atom(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """consume_bookmark_by_id enqueues its jobs in the same atom, or consumes nothing."""
+        instance = create_instance(store, clock)
+        bookmark = make_bookmark(clock, instance.id)
+        store.workflows.add_bookmark(bookmark)
+        orphan = make_job(clock, state=JobState.AWAITING, parent_id=new_id(clock))
+        with pytest.raises(ParentJobNotFound):
+            store.workflows.consume_bookmark_by_id(bookmark.id, _resume_with([orphan]))
+        resume = make_job(clock, workflow_instance_id=instance.id, activity_node_id="timeout")
+        seen: list[BookmarkRecord] = []
+
+        def build(consumed: BookmarkRecord) -> Sequence[JobRecord]:
+            seen.append(consumed)
+            return [resume]
+
+        assert store.workflows.consume_bookmark_by_id(bookmark.id, build) == bookmark
+        assert seen == [bookmark]
+        assert state_of(store, resume.id) is JobState.ENQUEUED
+        assert store.jobs.get_job(orphan.id) is None
+
+    def test_a_bookmark_raced_by_id_and_by_signal_is_consumed_exactly_once(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A bookmark raced by id and by signal is consumed exactly once (a timeout racing
+        its signal)."""
+        instance = create_instance(store, clock)
+        for round_number in range(ROUNDS):
+            correlation = f"race-{round_number}"
+            bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
+            store.workflows.add_bookmark(bookmark)
+            jobs = [make_job(clock) for _ in range(RACERS)]
+            racers: list[Callable[[], BookmarkRecord | None]] = []
+            for n, job in enumerate(jobs):
+                if n % 2:
+                    racers.append(
+                        partial(
+                            store.workflows.consume_bookmark_by_id, bookmark.id, _resume_with([job])
+                        )
+                    )
+                else:
+                    racers.append(
+                        partial(_consume, store, "approved", correlation, _resume_with([job]))
+                    )
+            results = race(store, racers)
+            assert [r for r in results if r is not None] == [bookmark]
+            stored = [job.id for job in jobs if store.jobs.get_job(job.id) is not None]
+            assert len(stored) == 1
+
+    def test_cancel_instance_cancels_the_instance_its_jobs_and_its_bookmarks(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """cancel_instance cancels the instance, its jobs and its bookmarks in one atom."""
+        instance = create_instance(store, clock, data={"kept": True}, cursor={"at": "b"})
+        other = create_instance(store, clock)
+        mine = {"workflow_instance_id": instance.id, "activity_node_id": "n"}
+        pending = {
+            state: job_in_state(store, clock, state, **mine)
+            for state in (JobState.SCHEDULED, JobState.ENQUEUED, JobState.FAILED)
+        }
+        running = job_in_state(store, clock, JobState.PROCESSING, **mine)
+        finished = job_in_state(store, clock, JobState.SUCCEEDED, **mine)
+        parent = job_in_state(store, clock, JobState.ENQUEUED, **mine)
+        (child,) = store.jobs.enqueue([make_job(clock, state=JobState.AWAITING, parent_id=parent)])
+        theirs = job_in_state(
+            store, clock, JobState.ENQUEUED, workflow_instance_id=other.id, activity_node_id="n"
+        )
+        store.workflows.add_bookmark(make_bookmark(clock, instance.id))
+        store.workflows.add_bookmark(make_bookmark(clock, instance.id, correlation_id="two"))
+        kept = make_bookmark(clock, other.id, correlation_id="theirs")
+        store.workflows.add_bookmark(kept)
+        clock.advance(timedelta(seconds=3))
+
+        assert store.workflows.cancel_instance(instance.id) is True
+        assert stored_instance(store, instance.id) == with_fields(
+            instance, state=InstanceState.CANCELLED, revision=2, updated_at=clock.now()
+        )
+        for job_id in [*pending.values(), parent, child]:
+            cancelled = stored_job(store, job_id)
+            assert cancelled.state is JobState.CANCELLED, cancelled
+            assert cancelled.finished_at == clock.now()
+        assert stored_job(store, running).state is JobState.PROCESSING
+        assert stored_job(store, running).cancel_requested
+        assert state_of(store, finished) is JobState.SUCCEEDED
+        assert state_of(store, theirs) is JobState.ENQUEUED
+        assert _consume(store, "approved", "order-1") is None
+        assert _consume(store, "approved", "two") is None
+        assert _consume(store, "approved", "theirs") == kept
+        assert stored_instance(store, other.id) == other
+
+    @pytest.mark.parametrize(
+        "state",
+        [InstanceState.COMPLETED, InstanceState.FAILED, InstanceState.COMPENSATED],
+    )
+    def test_cancel_instance_of_a_finished_instance_changes_nothing(
+        self, store: StoreUnderTest, clock: FakeClock, state: InstanceState
+    ) -> None:
+        """cancel_instance of a finished (or unknown) instance returns false and changes
+        nothing."""
+        instance = create_instance(store, clock, state=state)
+        job = job_in_state(
+            store, clock, JobState.ENQUEUED, workflow_instance_id=instance.id, activity_node_id="n"
+        )
+        bookmark = make_bookmark(clock, instance.id)
+        store.workflows.add_bookmark(bookmark)
+        assert store.workflows.cancel_instance(instance.id) is False
+        assert store.workflows.cancel_instance(new_id(clock)) is False
+        assert stored_instance(store, instance.id) == instance
+        assert state_of(store, job) is JobState.ENQUEUED
+        assert _consume(store, "approved", "order-1") == bookmark
+        assert store.workflows.cancel_instance(
+            create_instance(store, clock, state=InstanceState.SUSPENDED).id
+        )
+        cancelled = create_instance(store, clock)
+        assert store.workflows.cancel_instance(cancelled.id)
+        assert store.workflows.cancel_instance(cancelled.id) is False
+
+    def test_a_checkpoint_after_a_cancel_fails_its_revision_check(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A checkpoint after a cancel fails its revision check and inserts nothing."""
+        instance = create_instance(store, clock)
+        step = job_in_state(
+            store,
+            clock,
+            JobState.PROCESSING,
+            workflow_instance_id=instance.id,
+            activity_node_id="n",
+        )
+        claimed = stored_job(store, step)
+        follower = make_job(clock, workflow_instance_id=instance.id, activity_node_id="next")
+        assert store.workflows.cancel_instance(instance.id)
+        checkpoint = WorkflowCheckpoint(
+            instance=with_fields(instance, data={"step": 2}), expected_revision=1
+        )
+        with pytest.raises(ConcurrencyConflict):
+            store.jobs.apply(succeed(claimed, clock, checkpoint=checkpoint, enqueue=[follower]))
+        assert store.jobs.get_job(follower.id) is None
+        assert stored_instance(store, instance.id).state is InstanceState.CANCELLED
+        assert store.jobs.apply(succeed(claimed, clock)) is True  # the plain success still lands
+
+    def test_a_cancel_racing_checkpoints_leaves_no_job_of_the_instance_pending(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A cancel racing a checkpoint leaves no job of the instance pending: the
+        checkpoint either conflicts, or commits first and its new jobs are cancelled."""
+        for _ in range(ROUNDS):
+            instance = create_instance(store, clock)
+            step = job_in_state(
+                store,
+                clock,
+                JobState.PROCESSING,
+                workflow_instance_id=instance.id,
+                activity_node_id="n",
+            )
+            claimed = stored_job(store, step)
+            follower = make_job(clock, workflow_instance_id=instance.id, activity_node_id="next")
+            checkpoint = WorkflowCheckpoint(
+                instance=with_fields(instance, data={"step": 2}), expected_revision=1
+            )
+
+            def complete(
+                claimed: JobRecord = claimed,
+                checkpoint: WorkflowCheckpoint = checkpoint,
+                follower: JobRecord = follower,
+            ) -> bool | str:
+                try:
+                    return store.jobs.apply(
+                        succeed(claimed, clock, checkpoint=checkpoint, enqueue=[follower])
+                    )
+                except ConcurrencyConflict:
+                    return "conflict"
+
+            checkpointed, cancelled = race(
+                store,
+                [complete, partial(store.workflows.cancel_instance, instance.id)],
+            )
+            assert cancelled is True
+            assert stored_instance(store, instance.id).state is InstanceState.CANCELLED
+            follower_stored = store.jobs.get_job(follower.id)
+            if checkpointed is True:
+                assert follower_stored is not None
+                assert follower_stored.state is JobState.CANCELLED
+            else:
+                assert checkpointed == "conflict"
+                assert follower_stored is None
+                assert stored_job(store, step).cancel_requested

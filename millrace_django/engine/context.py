@@ -9,14 +9,20 @@ chatty job costs no extra round trips.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from uuid import UUID
 
 from millrace_django.clock import Clock
-from millrace_django.contract import JSON, JobRecord
+from millrace_django.contract import (
+    JSON,
+    BookmarkRecord,
+    JobRecord,
+    JobStorage,
+    WorkflowCheckpoint,
+)
 from millrace_django.engine.errors import JobCancelled
 from millrace_django.engine.jsonvalues import json_problem
 
@@ -47,13 +53,39 @@ class Report:
     logs: tuple[LogLine, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SideEffects:
+    """What a job's success carries into storage in the same atom as its transition:
+    a workflow checkpoint, follow-on jobs and new bookmarks (see
+    :meth:`JobContext.ride_on_success`)."""
+
+    enqueue: Sequence[JobRecord] = ()
+    checkpoint: WorkflowCheckpoint | None = None
+    bookmarks: Sequence[BookmarkRecord] = ()
+    remerge: Callable[[], SideEffects] | None = None
+    """Recomputes these effects against the instance as stored now, for when the
+    checkpoint lost its revision race (the job's function is not run again)."""
+
+
 class JobContext:
     """Passed to a job function that declares a ``context`` parameter."""
 
-    def __init__(self, *, job_id: UUID, attempt: int, tenant: str | None, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: UUID,
+        attempt: int,
+        tenant: str | None,
+        clock: Clock,
+        storage: JobStorage | None = None,
+    ) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.tenant = tenant
+        self.storage = storage
+        """The storage the job was claimed from, when the runner says (the workflow
+        dispatcher reads its instance there)."""
+        self.side_effects: SideEffects | None = None
         self.cancelled = threading.Event()
         """Set when the job should stop; long loops check it or call
         :meth:`raise_if_cancelled`."""
@@ -65,8 +97,22 @@ class JobContext:
         self._logs: list[LogLine] = []
 
     @classmethod
-    def for_job(cls, job: JobRecord, clock: Clock) -> JobContext:
-        return cls(job_id=job.id, attempt=job.attempt, tenant=job.tenant_id, clock=clock)
+    def for_job(
+        cls, job: JobRecord, clock: Clock, *, storage: JobStorage | None = None
+    ) -> JobContext:
+        return cls(
+            job_id=job.id, attempt=job.attempt, tenant=job.tenant_id, clock=clock, storage=storage
+        )
+
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock."""
+        return self._clock
+
+    def ride_on_success(self, effects: SideEffects) -> None:
+        """Have ``effects`` written with this job's success, in the same atom (replacing
+        effects given earlier). Nothing is written if the job fails."""
+        self.side_effects = effects
 
     # -- cancellation ---------------------------------------------------------------------
 

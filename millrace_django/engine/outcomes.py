@@ -13,6 +13,7 @@ import json
 import random as _random
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -25,12 +26,13 @@ from millrace_django.contract import (
     JobTransition,
 )
 from millrace_django.engine.config import EngineConfig
-from millrace_django.engine.context import CancelReason
+from millrace_django.engine.context import CancelReason, SideEffects
 from millrace_django.engine.errors import JobTimedOut
 from millrace_django.engine.invocation import find
 from millrace_django.engine.jsonvalues import json_problem
 from millrace_django.engine.registry import JobDefinition, JobOptions
 from millrace_django.engine.retry import next_delay
+from millrace_django.engine.workflow.failure import failure_jobs
 from millrace_django.ids import new_id
 
 MAX_ERROR_LENGTH = 8192
@@ -76,8 +78,11 @@ def succeeded(
     clock: Clock,
     config: EngineConfig,
     observers: Observers = (),
+    effects: SideEffects | None = None,
 ) -> JobTransition:
-    """Success with a JSON ``result``; a result JSON cannot store unchanged is a failure."""
+    """Success with a JSON ``result``; a result JSON cannot store unchanged is a failure.
+
+    ``effects`` (a workflow step's checkpoint, next jobs and bookmarks) ride along."""
     problem = json_problem(result)
     if problem is not None:
         return _failure(
@@ -88,13 +93,24 @@ def succeeded(
             observers=observers,
         )
     stored: JSON = json.loads(json.dumps(result))
-    return JobTransition(
+    transition = JobTransition(
         **_fence(job),
         target=JobState.SUCCEEDED,
         failures=job.failures,
         result=stored,
         finished_at=clock.now(),
         activate_continuations=True,
+    )
+    return with_side_effects(transition, effects) if effects is not None else transition
+
+
+def with_side_effects(transition: JobTransition, effects: SideEffects) -> JobTransition:
+    """``transition`` carrying ``effects`` instead of any it carried before."""
+    return replace(
+        transition,
+        enqueue=tuple(effects.enqueue),
+        checkpoint=effects.checkpoint,
+        bookmarks=tuple(effects.bookmarks),
     )
 
 
@@ -280,7 +296,10 @@ def _dead(
         failures=failures,
         error=text,
         finished_at=clock.now(),
-        enqueue=failure_observer_jobs(job, observers, clock=clock, config=config),
+        enqueue=[
+            *failure_observer_jobs(job, observers, clock=clock, config=config),
+            *failure_jobs(job, clock=clock, retry=config.default_retry),
+        ],
         cancel_continuations=True,
     )
 

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 
 from millrace_django.contract import JobStorage, JobTransition
 from millrace_django.errors import ConcurrencyConflict, StorageError
-from millrace_django.runtime.execution import flush_progress
+from millrace_django.runtime.execution import flush_progress, remerge
 from millrace_django.runtime.inflight import Execution
 from millrace_django.runtime.threads import JOIN_TIMEOUT
 
@@ -90,6 +90,8 @@ class Acknowledger:
         outcomes = iter(results)
         for execution, transition in batch:
             result = next(outcomes) if transition is not None else None
+            if transition is not None and isinstance(result, ConcurrencyConflict):
+                transition, result = self._remerge(execution, transition, result)
             self._report(execution, transition, result)
             self._on_acknowledged(execution, transition, result)
         return len(batch)
@@ -107,6 +109,17 @@ class Acknowledger:
             except Exception:  # the hooks failed; keep the queue and try again shortly
                 logger.exception("acknowledgement turn failed; retrying")
                 time.sleep(RETRY_DELAYS[-1])
+
+    def _remerge(
+        self, execution: Execution, transition: JobTransition, conflict: ConcurrencyConflict
+    ) -> tuple[JobTransition, Result]:
+        """A workflow checkpoint lost its revision race: re-plan it on the stored
+        instance and apply again, without running the job again."""
+        try:
+            return remerge(self._storage, execution.job, execution.context, transition, conflict)
+        except Exception as error:  # the storage is away: the lease will lapse
+            logger.exception("job %s: re-merging its checkpoint failed", execution.job.id)
+            return transition, StorageError(f"re-merge failed: {error}")
 
     def _flush_progress(self, execution: Execution) -> None:
         try:

@@ -8,6 +8,7 @@ decide, this module only sequences them.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 from millrace_django.clock import Clock
@@ -28,6 +29,12 @@ from millrace_django.engine import (
     run_handler,
 )
 from millrace_django.engine.outcomes import Observers
+from millrace_django.errors import ConcurrencyConflict, StorageError
+
+logger = logging.getLogger(__name__)
+
+REMERGE_ATTEMPTS = 5
+"""Re-merges of a conflicting workflow checkpoint before the job is released."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +84,61 @@ def run_claimed(
         return Outcome(failure, error)
     if context.cancel_reason is not None:
         return Outcome(cancellation_outcome(job, context, clock=clock, config=config))
-    return Outcome(outcomes.succeeded(job, result, clock=clock, config=config, observers=observers))
+    return Outcome(
+        outcomes.succeeded(
+            job,
+            result,
+            clock=clock,
+            config=config,
+            observers=observers,
+            effects=context.side_effects,
+        )
+    )
+
+
+def remerge(
+    storage: JobStorage,
+    job: JobRecord,
+    context: JobContext,
+    transition: JobTransition,
+    result: bool | StorageError,
+) -> tuple[JobTransition, bool | StorageError]:
+    """Re-apply a success whose workflow checkpoint lost its revision race.
+
+    While the result is a :class:`~millrace_django.errors.ConcurrencyConflict` and the
+    job's side effects can be recomputed against the stored instance, they are, and the
+    transition is applied again (at most :data:`REMERGE_ATTEMPTS` times; the job's
+    function does not run again). Still conflicting after that, the job is released to
+    run again, which spends no retry budget. Returns what was applied last and its result.
+    """
+    effects = context.side_effects
+    for _ in range(REMERGE_ATTEMPTS):
+        if not isinstance(result, ConcurrencyConflict) or effects is None:
+            return transition, result
+        if effects.remerge is None:
+            return transition, result
+        try:
+            effects = effects.remerge()
+            context.side_effects = effects
+            transition = outcomes.with_side_effects(transition, effects)
+            result = storage.apply(transition)
+        except StorageError as error:
+            result = error
+        except Exception as error:
+            logger.exception("job %s: re-merging its workflow checkpoint failed", job.id)
+            return transition, StorageError(f"re-merge failed: {error}")
+    if not isinstance(result, ConcurrencyConflict):
+        return transition, result
+    logger.warning(
+        "job %s: its workflow checkpoint still conflicted after %d re-merges; releasing it",
+        job.id,
+        REMERGE_ATTEMPTS,
+    )
+    release = outcomes.released(job)
+    try:
+        return release, storage.apply(release)
+    except StorageError as error:
+        return release, error
 
 
 def cancellation_outcome(

@@ -287,7 +287,8 @@ class Worker:
 
     def _dispatch(self, job: JobRecord) -> None:
         now = self._clock.now()
-        execution = Execution(job, JobContext.for_job(job, self._clock), started_at=now)
+        context = JobContext.for_job(job, self._clock, storage=self._storage)
+        execution = Execution(job, context, started_at=now)
         replaced = self._in_flight.add(execution)
         self._count("claimed")
         if replaced is not None:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.tasks import TaskResultStatus
-from freezegun import freeze_time
+from django.utils import timezone
 
 from millrace_django.contract import JobQuery
 from millrace_django.storage.memory import MemoryStorage
@@ -15,14 +15,15 @@ from millrace_django.tasks_backend import RUN_TASK_TARGET
 from millrace_django.testing import JobRunner
 
 
-@freeze_time("2026-03-01 09:00:00")  # timezone.now() and the runner's clock agree
 def test_the_sample_tasks_end_as_documented(runner: JobRunner) -> None:
     from testproject import tasks as sample  # decorated under the tests' TASKS
+
+    runner.clock.set(timezone.now())  # the samples defer by timezone.now()
 
     created = sample.enqueue_samples()
     assert created["task, idempotent"].id == created["task, idempotent again (same result)"].id
     runner.run_until_idle(throw_on_failure=False)
-    for _ in range(3):
+    for _ in range(4):
         runner.advance(timedelta(seconds=1))
         runner.run_until_idle(throw_on_failure=False)
 

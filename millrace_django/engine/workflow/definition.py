@@ -49,7 +49,9 @@ class Workflow:
         if not isinstance(id, str) or not id.strip():
             raise InvalidWorkflow(f"a workflow id must be a non-blank string; got {id!r}")
         if type(version) is not int or version < 1:
-            raise InvalidWorkflow(f"workflow {id!r}: version must be an integer >= 1; got {version!r}")
+            raise InvalidWorkflow(
+                f"workflow {id!r}: version must be an integer >= 1; got {version!r}"
+            )
         if queue is not None and (not isinstance(queue, str) or not queue.strip()):
             raise InvalidWorkflow(f"workflow {id!r}: queue= must be a non-blank string")
         if retry is not None:

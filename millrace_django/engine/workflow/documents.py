@@ -87,8 +87,7 @@ def check_payload(expected: type | None, payload: object, *, signal: str) -> JSO
     if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
         if expected is not None and not isinstance(payload, expected):
             raise InvalidSignalPayload(
-                f"signal {signal!r} expects a {_describe(expected)}; "
-                f"got a {type(payload).__name__}"
+                f"signal {signal!r} expects a {_describe(expected)}; got a {type(payload).__name__}"
             )
         payload = dataclasses.asdict(payload)
     problem = json_problem(payload)

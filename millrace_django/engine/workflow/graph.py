@@ -13,6 +13,7 @@ parallel branch, a for-each body or a saga has ``next = None``, which at run tim
 
 from __future__ import annotations
 
+import ast
 import inspect
 import types
 from collections import Counter
@@ -152,14 +153,31 @@ def render(expression: object) -> str:
         return expression
     name = getattr(expression, "__qualname__", None) or repr(expression)
     if name.endswith("<lambda>"):
-        try:
-            source = inspect.getsource(expression).strip()  # type: ignore[arg-type]
-        except (OSError, TypeError):
-            return name
-        start = source.find("lambda")
-        return source[start:].rstrip(",)") if start >= 0 else name
+        return _lambda_source(expression) or name
     module = getattr(expression, "__module__", None)
     return f"{module}.{name}" if module else name
+
+
+def _lambda_source(function: object) -> str | None:
+    """The text of a lambda (the first one on its line): the longest piece of source
+    from ``lambda`` on that parses as a lambda."""
+    try:
+        source = inspect.getsource(function)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
+    start = source.find("lambda")
+    if start < 0:
+        return None
+    text = source[start : start + 400]
+    for end in range(len(text), 6, -1):
+        candidate = text[:end].strip()
+        try:
+            tree = ast.parse(candidate, mode="eval")
+        except SyntaxError:
+            continue
+        if isinstance(tree.body, ast.Lambda):
+            return " ".join(candidate.split())
+    return None
 
 
 def activity_name(activity: object) -> str:
@@ -274,7 +292,9 @@ class _Compiler:
             extra["body"] = self.link(p.children[0], None, node_id, saga)
         elif isinstance(spec, Delay):
             if not isinstance(spec.duration, timedelta) or spec.duration <= timedelta(0):
-                raise self.fail(f"{where}: a Delay needs a positive timedelta; got {spec.duration!r}")
+                raise self.fail(
+                    f"{where}: a Delay needs a positive timedelta; got {spec.duration!r}"
+                )
         elif isinstance(spec, WaitForSignal):
             self.check_wait(spec, where)
             extra["on_timeout"] = self.link(p.children[0], after, frame, saga)
@@ -310,7 +330,9 @@ class _Compiler:
             check_activity(spec.compensate, f"{self.workflow}/{where} compensate=", self.fail)
         if spec.on_failure is not None:
             if not isinstance(spec.on_failure, OnFailure):
-                raise self.fail(f"{where}: on_failure= must be an OnFailure; got {spec.on_failure!r}")
+                raise self.fail(
+                    f"{where}: on_failure= must be an OnFailure; got {spec.on_failure!r}"
+                )
             if spec.on_failure is OnFailure.COMPENSATE and saga is None:
                 raise self.fail(f"{where}: on_failure=OnFailure.COMPENSATE outside a saga")
         if spec.retry is not None:
@@ -343,7 +365,9 @@ class _Compiler:
         if spec.timeout is not None and (
             not isinstance(spec.timeout, timedelta) or spec.timeout <= timedelta(0)
         ):
-            raise self.fail(f"{where}: a signal timeout must be a positive timedelta; got {spec.timeout!r}")
+            raise self.fail(
+                f"{where}: a signal timeout must be a positive timedelta; got {spec.timeout!r}"
+            )
         if spec.on_timeout and spec.timeout is None:
             raise self.fail(f"{where}: on_timeout= steps without a timeout= never run")
 
@@ -360,9 +384,11 @@ def check_activity(activity: object, where: str, fail: Callable[[str], Exception
     if isinstance(activity, type):
         if "<locals>" in activity.__qualname__:
             raise fail(f"{where}: activity class {activity.__qualname__} must be module-level")
-        method = getattr(activity, "run", None) or getattr(activity, "__call__", None)
-        if method is None or method is type.__call__:  # type: ignore[comparison-overlap]
-            raise fail(f"{where}: activity class {activity.__qualname__} needs a run(context) method")
+        has_call = any("__call__" in vars(base) for base in activity.__mro__[:-1])
+        if not callable(getattr(activity, "run", None)) and not has_call:
+            raise fail(
+                f"{where}: activity class {activity.__qualname__} needs a run(context) method"
+            )
         return
     if getattr(activity, "target", None) is not None and hasattr(activity, "fn"):
         raise fail(
@@ -475,7 +501,9 @@ def _edges_of(node: GraphNode, graph: Graph) -> list[JSON]:
     if node.kind in (Kind.FOR_EACH, Kind.SAGA, Kind.PARALLEL):
         found.append((node.next, "next") if node.next is not None else (_join(node, graph), "join"))
     return [
-        {"from": node.id, "to": target, "kind": kind} for target, kind in found if target is not None
+        {"from": node.id, "to": target, "kind": kind}
+        for target, kind in found
+        if target is not None
     ]
 
 

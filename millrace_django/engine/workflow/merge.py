@@ -10,6 +10,7 @@ sides changed takes ours (the last writer wins).
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 from millrace_django.contract import JSON
 
@@ -42,11 +43,11 @@ def _merge_objects(
         elif o is _MISSING or t is _MISSING:
             value = o  # both changed, one removed: ours is the last write
         elif isinstance(o, dict) and isinstance(t, dict):
-            value = merge(b if b is not _MISSING else {}, o, t)  # type: ignore[arg-type]
+            value = merge(cast(JSON, b) if b is not _MISSING else {}, o, t)  # type: ignore[assignment]
         else:
             value = o
         if value is not _MISSING:
-            merged[key] = copy.deepcopy(value)  # type: ignore[arg-type]
+            merged[key] = copy.deepcopy(cast(JSON, value))
     return merged
 
 

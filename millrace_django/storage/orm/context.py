@@ -28,11 +28,22 @@ if TYPE_CHECKING:
 class OrmContext:
     """One storage's view of its database."""
 
-    def __init__(self, alias: str, clock: Clock, vendor: Vendor, tx: Transactions) -> None:
+    def __init__(
+        self,
+        alias: str,
+        clock: Clock,
+        vendor: Vendor,
+        tx: Transactions,
+        *,
+        notify_channel: str | None = None,
+    ) -> None:
         self.alias = alias
         self.clock = clock
         self.vendor = vendor
         self.tx = tx
+        self.notify_channel = notify_channel
+        """The PostgreSQL ``NOTIFY`` channel of wake-up hints, for statements that
+        announce what they enqueue themselves (``None``: hints are not SQL)."""
 
     @cached_property
     def track_scope(self) -> bool:

@@ -27,8 +27,27 @@ from millrace_django.storage.orm.rows import job_record
 
 
 class HotPath(Protocol):
+    """Where a method sends exactly one statement (which announces whatever it makes
+    claimable itself), the ``..._is_one_statement`` predicates say so, and the call may
+    run that statement alone in autocommit (see ``Transactions.write``)."""
+
+    claim_is_one_statement: bool
+
+    def complete_is_one_statement(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> bool: ...
+
+    def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool: ...
+
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         """Lease up to ``request.max_count`` claimable jobs (see ``JobStorage.claim``)."""
+        ...
+
+    def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
+        """Insert ``jobs``, well-formed and none of them ``awaiting``, with enqueue
+        semantics (see :func:`~millrace_django.storage.orm.inserts.insert_jobs`) and
+        announce the enqueued ones; ``None`` when there is no such statement here (the
+        portable path then runs)."""
         ...
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
@@ -42,8 +61,21 @@ class OrmHotPath:
     ones (``FOR UPDATE SKIP LOCKED``, ``READPAST`` on SQL Server, a no-op under SQLite's
     immediate transactions, which serialize writers anyway), each in claim order from
     its own partial index; lease the first ``max_count`` of both (the others stay locked
-    until commit). Completion: lock the fenced rows, then
-    one ``UPDATE`` with per-row values."""
+    until commit). Completion: lock the fenced rows, then one ``UPDATE`` with per-row
+    values."""
+
+    claim_is_one_statement = False
+
+    def complete_is_one_statement(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> bool:
+        return False
+
+    def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool:
+        return False
+
+    def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
+        return None
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         now = ctx.clock.now()

@@ -43,6 +43,10 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
     if not jobs:
         return []
     _refuse_malformed(jobs)
+    if not any(job.state is JobState.AWAITING for job in jobs):
+        ids = ctx.vendor.hot_path.insert(ctx, jobs)
+        if ids is not None:
+            return ids
     holders = _look_up_ids_and_holders(ctx, jobs)
     parents = _lock_parents(ctx, jobs)
     now = ctx.clock.now()

@@ -52,7 +52,10 @@ class OrmJobs:
     def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
         if not jobs:
             return []
-        return self._ctx.tx.write(lambda: insert_jobs(self._ctx, jobs))
+        one_statement = self._ctx.vendor.hot_path.insert_is_one_statement(
+            self._ctx, jobs
+        ) and not any(job.state is JobState.AWAITING for job in jobs)
+        return self._ctx.tx.write(lambda: insert_jobs(self._ctx, jobs), one_statement=one_statement)
 
     # -- claims and leases -------------------------------------------------------------
 
@@ -60,7 +63,10 @@ class OrmJobs:
         if request.max_count <= 0 or not request.queues:
             return []
         hot_path = self._ctx.vendor.hot_path
-        return self._ctx.tx.write(lambda: hot_path.claim(self._ctx, request))
+        return self._ctx.tx.write(
+            lambda: hot_path.claim(self._ctx, request),
+            one_statement=hot_path.claim_is_one_statement,
+        )
 
     def renew_leases(self, worker_id: str, ids: Collection[UUID], lease: timedelta) -> set[UUID]:
         if not ids:
@@ -100,7 +106,10 @@ class OrmJobs:
         if batched:
             plain = [transitions[p] for p in batched.values()]
             hot_path = self._ctx.vendor.hot_path
-            won = self._ctx.tx.write(lambda: hot_path.complete(self._ctx, plain))
+            won = self._ctx.tx.write(
+                lambda: hot_path.complete(self._ctx, plain),
+                one_statement=hot_path.complete_is_one_statement(self._ctx, plain),
+            )
             for position, ok in zip(batched.values(), won, strict=True):
                 outcomes[position] = ok
         for position, t in enumerate(transitions):

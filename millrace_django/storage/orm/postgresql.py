@@ -8,22 +8,32 @@ column names come from the models, so the SQL follows the schema.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
-from django.db import connections
+from django.db import IntegrityError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import JSONField
 
 from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
     ATTEMPT_HISTORY_CAP,
     ClaimRequest,
     JobRecord,
+    JobState,
     JobTransition,
 )
-from millrace_django.models import AttemptOutcomeCode, Job, JobAttempt
+from millrace_django.errors import DuplicateJobId
+from millrace_django.models import AttemptOutcomeCode, Job, JobAttempt, job_codes
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.rows import job_record
+from millrace_django.storage.orm.hotpath import OrmHotPath
+from millrace_django.storage.orm.rows import active_scope, job_record_of, job_values
+from millrace_django.storage.orm.transactions import InsertConflict
 
 
 def _q(name: str) -> str:
@@ -31,8 +41,25 @@ def _q(name: str) -> str:
 
 
 _JOBS = _q(Job._meta.db_table)
+_ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _ATTEMPTS = _q(JobAttempt._meta.db_table)
-_COLUMNS = ", ".join(f"j.{_q(f.column)}" for f in Job._meta.concrete_fields if f.column)
+_RETURNED = [f.attname for f in Job._meta.concrete_fields]
+_COLUMNS = ", ".join(f"j.{_q(name)}" for name in _RETURNED)
+_RETURNED_JSON = [
+    (i, name)
+    for i, (name, f) in enumerate(zip(_RETURNED, Job._meta.concrete_fields, strict=True))
+    if isinstance(f, JSONField)
+]
+
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    """The record of a row of ``_COLUMNS`` (jsonb arrives as text, as Django has it)."""
+    values = dict(zip(_RETURNED, row, strict=True))
+    for i, name in _RETURNED_JSON:
+        if row[i] is not None:
+            values[name] = json.loads(row[i])
+    return job_record_of(values)
+
 
 # Lock the next claimable rows, remember what they were (an expired lease is recorded as
 # an interrupted attempt of its previous owner, and that job's history pruned), lease
@@ -100,34 +127,249 @@ _CLAIM_ONE_QUEUE = _CLAIM_SQL.format(ready=_READY_ONE_QUEUE, queue_test="queue =
 _CLAIM_QUEUES = _CLAIM_SQL.format(ready=_READY_QUEUES, queue_test="queue = ANY(%(queues)s)")
 
 # Fenced, set-based acknowledgement: a row moves only if it still matches its own
-# transition's (processing, worker, attempt).
+# transition's (processing, worker, attempt). The rows are found by uuid (the ANY lets
+# the planner see how few they are, whatever it thinks of the processing ones).
 _COMPLETE_SQL = """
 UPDATE {jobs} AS j
 SET state = {succeeded}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
-    failures = done.failures, finished_at = done.finished_at, result = done.result
-FROM (VALUES {rows}) AS done (uuid, worker_id, attempt, failures, finished_at, result)
-WHERE j.uuid = done.uuid AND j.state = {processing}
-  AND j.worker_id = done.worker_id AND j.attempt = done.attempt
-RETURNING j.uuid
+    failures = t.failures, finished_at = t.finished_at, result = t.result
+FROM (VALUES {rows}) AS t (uuid, worker_id, attempt, failures, finished_at, result, wake)
+WHERE j.uuid = ANY(%s::uuid[]) AND j.uuid = t.uuid AND j.state = {processing}
+  AND j.worker_id = t.worker_id AND j.attempt = t.attempt
+RETURNING j.uuid, t.wake
 """
+_FIRST_ROW = "(%s::uuid, %s, %s::integer, %s::integer, %s::timestamptz, %s::jsonb, %s)"
+_NEXT_ROW = "(%s, %s, %s, %s, %s, %s, %s)"
 _JSON = JSONField()
-_FIRST_ROW = "(%s::uuid, %s, %s::integer, %s::integer, %s::timestamptz, %s::jsonb)"
-_NEXT_ROW = "(%s, %s, %s, %s, %s, %s)"
 
-# A separate statement, so it sees continuations committed while the UPDATE above
-# waited for their parent's row lock. Their queues feed the wake-up hint.
-_WAKE_SQL = f"""
-WITH woken AS (
-    UPDATE {_JOBS} SET state = {Code.ENQUEUED}, due_at = NULL
-    WHERE parent_id = ANY(%s) AND state = {Code.AWAITING}
-    RETURNING queue
+# When a success wakes its continuations: the awaiting children of the jobs that won
+# their fence become enqueued, and their queues are announced, in the same statement.
+# The parents' rows are locked by a statement of their own first (sent in the same
+# message), so the acknowledgement's snapshot, taken after that lock, sees every
+# continuation an enqueue committed while holding it (an enqueue fixes a continuation
+# up under the parent's row lock).
+_LOCK_PARENTS = f"SELECT FROM {_JOBS} WHERE uuid = ANY(%s::uuid[]) ORDER BY uuid FOR UPDATE"
+_COMPLETE_AND_WAKE_SQL = f"""
+WITH done AS ({{complete}}
+), woken AS (
+    UPDATE {_JOBS} AS c SET state = {Code.ENQUEUED}, due_at = NULL
+    FROM done
+    WHERE done.wake AND c.parent_id = done.uuid AND c.state = {Code.AWAITING}
+    RETURNING c.queue
+), notified AS (
+    SELECT pg_notify(%s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 )
-SELECT DISTINCT queue FROM woken
+SELECT uuid, wake FROM done
+UNION ALL SELECT NULL, NULL FROM notified
 """
+
+
+# Enqueue. The batch travels as one JSON array of objects (keys left out are NULL) and is
+# inserted in batch order in one statement, with the pg_notify of the enqueued jobs'
+# queues, so the hint commits with the rows. A batch that claims idempotency scopes looks
+# their active holders up in the statement's snapshot and inserts the rest; the final
+# SELECT answers the held positions (a holder committed after the snapshot makes the
+# INSERT hit the active-key index instead, and the call is replayed: its look-up then
+# sees it). A large batch without scopes is copied in (COPY ... FROM STDIN), after its
+# pg_notify, in a transaction: three more round trips, paid once per batch.
+_INSERT_PLAIN = """
+WITH inserted AS (
+    INSERT INTO {jobs} ({columns})
+    SELECT {columns} FROM jsonb_to_recordset(%(rows)s::jsonb) AS i ({typed})
+)
+SELECT pg_notify(%(channel)s, queue) FROM unnest(%(queues)s::text[]) AS queue
+"""
+_INSERT_KEYED = """
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS i ({typed}, n integer)
+), held AS ({held}
+), inserted AS (
+    INSERT INTO {jobs} ({columns})
+    SELECT {columns} FROM input AS i
+    WHERE NOT EXISTS (SELECT FROM held WHERE held.n = i.n)
+    ORDER BY n
+    RETURNING queue, state
+), notified AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM inserted WHERE state = {enqueued}) AS q
+)
+SELECT n, holder FROM held
+UNION ALL SELECT NULL, NULL FROM notified
+"""
+_HELD_BY_KEY = f"""
+    SELECT i.n, j.uuid AS holder
+    FROM input AS i JOIN {_JOBS} AS j
+      ON j.tenant_id = i.tenant_id AND j.idempotency_key = i.idempotency_key
+    WHERE j.idempotency_key IS NOT NULL AND j.state IN ({{active}})
+    UNION ALL
+    SELECT i.n, j.uuid
+    FROM input AS i JOIN {_JOBS} AS j
+      ON j.tenant_id IS NULL AND j.idempotency_key = i.idempotency_key
+    WHERE i.tenant_id IS NULL AND j.idempotency_key IS NOT NULL AND j.state IN ({{active}})"""
+_HELD_BY_SCOPE = f"""
+    SELECT i.n, j.uuid AS holder
+    FROM input AS i JOIN {_JOBS} AS j ON j.key_scope = i.key_scope
+    WHERE j.key_scope IS NOT NULL"""
+_NOTIFY = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS queue"
+
+_INSERTED_FIELDS = [f for f in Job._meta.concrete_fields if not f.primary_key]
+# A row's JSON keys are field names (rows.job_values), which are its column names too.
+assert all(f.attname == f.column for f in _INSERTED_FIELDS), "a Job column was renamed"
+_INSERTED_NAMES = [f.attname for f in _INSERTED_FIELDS]
+_INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED_FIELDS)
+_JSON_NAMES = [f.attname for f in _INSERTED_FIELDS if isinstance(f, JSONField)]
+_COPY = f"COPY {_JOBS} ({_INSERTED_COLUMNS}) FROM STDIN"
+COPY_AT_LEAST = 500
+"""Batches of this many jobs or more, claiming no idempotency scope, are copied in."""
+
+_ACTIVE_KEY = "millrace_job_active_key"
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+_INSERT_SQLS: dict[tuple[bool, bool], str] = {}
+
+
+def _insert_sql(connection: BaseDatabaseWrapper, *, keyed: bool, track_scope: bool) -> str:
+    """The enqueue statement (column types from the models, as PostgreSQL has them)."""
+    sql = _INSERT_SQLS.get((keyed, track_scope))
+    if sql is None:
+        typed = ", ".join(f"{_q(f.attname)} {f.db_type(connection)}" for f in _INSERTED_FIELDS)
+        held = (_HELD_BY_SCOPE if track_scope else _HELD_BY_KEY).format(
+            active=", ".join(str(code) for code in _ACTIVE)
+        )
+        sql = (_INSERT_KEYED if keyed else _INSERT_PLAIN).format(
+            jobs=_JOBS,
+            columns=_INSERTED_COLUMNS,
+            typed=typed,
+            held=held,
+            enqueued=Code.ENQUEUED,
+        )
+        _INSERT_SQLS[keyed, track_scope] = sql
+    return sql
+
+
+def _json_value(value: object) -> object:
+    """What :func:`json.dumps` cannot write itself, as PostgreSQL reads it."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
+    return str(value)  # UUID
+
+
+_encode_rows = json.JSONEncoder(default=_json_value, separators=(",", ":")).encode
+_encode_json = json.JSONEncoder().encode  # as JSONField stores a value
+
+
+def _insert_error(error: IntegrityError, jobs: Sequence[JobRecord]) -> Exception:
+    """What a unique violation of an enqueue means: a holder of a key that committed
+    after the statement's snapshot (replay the call: its look-up will see it), or a
+    stored job id (the first the insert met, in batch order)."""
+    diag = getattr(error.__cause__, "diag", None)
+    if diag is not None and diag.constraint_name != _ACTIVE_KEY:
+        ids = {job.id for job in jobs}
+        for found in _UUID.findall(diag.message_detail or ""):
+            if UUID(found) in ids:
+                return DuplicateJobId(UUID(found))
+    return InsertConflict(str(error))
+
+
+def _copies(jobs: Sequence[JobRecord]) -> bool:
+    return len(jobs) >= COPY_AT_LEAST and all(active_scope(job) is None for job in jobs)
 
 
 class PostgresHotPath:
-    """One round trip per batch claim and per batch acknowledgement."""
+    """One round trip per batch claim, per batch acknowledgement and per enqueue."""
+
+    claim_is_one_statement = True
+
+    def complete_is_one_statement(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> bool:
+        return ctx.notify_channel is not None or not any(
+            t.activate_continuations for t in transitions
+        )
+
+    def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool:
+        return ctx.notify_channel is not None and not _copies(jobs)
+
+    def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
+        """Insert ``jobs`` (none of them awaiting a parent) with enqueue semantics."""
+        channel = ctx.notify_channel
+        if channel is None:
+            return None
+        connection = connections[ctx.alias]
+        try:
+            if _copies(jobs) and connection.in_atomic_block:
+                self._copy(ctx, connection, channel, jobs)
+                return [job.id for job in jobs]
+            return self._insert(ctx, connection, channel, jobs)
+        except IntegrityError as error:
+            raise _insert_error(error, jobs) from error
+
+    def _insert(
+        self,
+        ctx: OrmContext,
+        connection: BaseDatabaseWrapper,
+        channel: str,
+        jobs: Sequence[JobRecord],
+    ) -> list[UUID]:
+        effective: list[UUID | None] = []
+        first_holder: dict[str, int] = {}  # scope -> position of its first job in the batch
+        rows: list[dict[str, Any]] = []
+        sent: list[int] = []  # batch position of each row
+        queues: set[str] = set()
+        for position, job in enumerate(jobs):
+            scope = active_scope(job)
+            if scope is not None:
+                if scope in first_holder:  # the batch repeats a scope: the first holds it
+                    effective.append(None)
+                    continue
+                first_holder[scope] = position
+            values = job_values(job, track_scope=ctx.track_scope)
+            rows.append({name: value for name, value in values.items() if value is not None})
+            sent.append(position)
+            effective.append(job.id)
+            if job.state is JobState.ENQUEUED:
+                queues.add(job.queue)
+        keyed = bool(first_holder)
+        if keyed:  # number every row (the look-up answers by number)
+            for n, row in enumerate(rows):
+                row["n"] = n
+        sql = _insert_sql(connection, keyed=keyed, track_scope=ctx.track_scope)
+        params: dict[str, Any] = {
+            "rows": _encode_rows(rows),
+            "channel": channel,
+            "queues": sorted(queues),
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            answers = cursor.fetchall() if keyed else ()
+        for n, holder in answers:
+            if n is not None:
+                effective[sent[n]] = holder
+        for position, job in enumerate(jobs):
+            if effective[position] is None:
+                effective[position] = effective[first_holder[active_scope(job) or ""]]
+        return [job_id for job_id in effective if job_id is not None]
+
+    def _copy(
+        self,
+        ctx: OrmContext,
+        connection: BaseDatabaseWrapper,
+        channel: str,
+        jobs: Sequence[JobRecord],
+    ) -> None:
+        queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
+        track_scope = ctx.track_scope
+        with connection.cursor() as cursor:
+            # First, so it also carries the transaction's statement timeout.
+            cursor.execute(_NOTIFY, [channel, queues])
+            with connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
+                for job in jobs:
+                    values = job_values(job, track_scope=track_scope)
+                    for name in _JSON_NAMES:
+                        if values[name] is not None:
+                            values[name] = _encode_json(values[name])
+                    copy.write_row([values[name] for name in _INSERTED_NAMES])
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         now = ctx.clock.now()
@@ -143,10 +385,16 @@ class PostgresHotPath:
         else:
             params["queues"] = sorted(request.queues)
             sql = _CLAIM_QUEUES
-        rows = Job.objects.using(ctx.alias).raw(sql, params)
-        return [job_record(row) for row in rows]
+        with connections[ctx.alias].cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        return [_record(row) for row in rows]
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
+        channel = ctx.notify_channel
+        wake = [t.job_id for t in transitions if t.activate_continuations]
+        if wake and channel is None:
+            return OrmHotPath().complete(ctx, transitions)
         now = ctx.clock.now()
         connection = connections[ctx.alias]
         params: list[Any] = []
@@ -158,16 +406,27 @@ class PostgresHotPath:
                 t.failures,
                 t.finished_at or now,
                 _JSON.get_db_prep_value(t.result, connection),
+                t.activate_continuations,
             ]
-        rows = ", ".join([_FIRST_ROW] + [_NEXT_ROW] * (len(transitions) - 1))
+        params.append([t.job_id for t in transitions])
         sql = _COMPLETE_SQL.format(
-            jobs=_JOBS, succeeded=Code.SUCCEEDED, processing=Code.PROCESSING, rows=rows
+            jobs=_JOBS,
+            succeeded=Code.SUCCEEDED,
+            processing=Code.PROCESSING,
+            rows=", ".join([_FIRST_ROW] + [_NEXT_ROW] * (len(transitions) - 1)),
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            won = {uuid for (uuid,) in cursor.fetchall()}
-            woken = [t.job_id for t in transitions if t.job_id in won and t.activate_continuations]
-            if woken:
-                cursor.execute(_WAKE_SQL, [woken])
-                ctx.tx.enqueued(queue for (queue,) in cursor.fetchall())
+            if wake:
+                sql = _COMPLETE_AND_WAKE_SQL.format(complete=sql)
+                params.append(channel)
+                if ctx.vendor.multi_statement_messages:
+                    cursor.execute(f"{_LOCK_PARENTS}; {sql}", [wake, *params])
+                    while cursor.nextset():  # to the last statement's rows
+                        pass
+                else:
+                    cursor.execute(_LOCK_PARENTS, [wake])
+                    cursor.execute(sql, params)
+            else:
+                cursor.execute(sql, params)
+            won = {uuid for uuid, _ in cursor.fetchall() if uuid is not None}
         return [t.job_id in won for t in transitions]

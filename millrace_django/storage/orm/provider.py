@@ -36,7 +36,7 @@ from millrace_django.errors import StorageError
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.jobs import OrmJobs
 from millrace_django.storage.orm.monitoring import OrmMonitoring
-from millrace_django.storage.orm.notify import DEFAULT_CHANNEL
+from millrace_django.storage.orm.notify import DEFAULT_CHANNEL, PostgresWakeups
 from millrace_django.storage.orm.transactions import (
     DEFAULT_ATTEMPTS,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -92,7 +92,8 @@ class DjangoStorage:
             attempts=transaction_attempts,
             announce=self._wakeups.announce,
         )
-        ctx = OrmContext(alias, self.clock, self.vendor, tx)
+        channel = self._wakeups.channel if isinstance(self._wakeups, PostgresWakeups) else None
+        ctx = OrmContext(alias, self.clock, self.vendor, tx, notify_channel=channel)
         self._jobs = OrmJobs(ctx)
         self._workflows = OrmWorkflows(ctx)
         self._monitoring = OrmMonitoring(ctx)

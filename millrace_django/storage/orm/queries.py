@@ -39,9 +39,7 @@ if TYPE_CHECKING:
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 
 
-def claim_candidates(
-    jobs: QuerySet[Job], queues: Collection[str], limit: int
-) -> QuerySet[Job]:
+def claim_candidates(jobs: QuerySet[Job], queues: Collection[str], limit: int) -> QuerySet[Job]:
     """The next ``limit`` enqueued jobs of ``queues``, locked, skipping rows another
     claimer holds: priority first, then insertion order, across all the queues (read
     from ``millrace_job_ready``)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -72,72 +73,84 @@ def retry_of(stored: dict[str, Any]) -> RetrySpec:
     )
 
 
+def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
+    """The columns of a new row for ``job``, keyed by field name; ``key_scope`` is filled
+    only where it enforces uniqueness."""
+    return {
+        "uuid": job.id,
+        "queue": job.queue,
+        "state": JOB_STATE_CODES[job.state],
+        "priority": job.priority,
+        "target": job.invocation.target,
+        "arguments": arguments_json(job.invocation),
+        "retry": retry_json(job.retry),
+        "timeout": job.timeout,
+        "created_at": job.created_at,
+        "due_at": job.due_at,
+        "worker_id": job.worker_id,
+        "lease_until": job.lease_until,
+        "attempt": job.attempt,
+        "failures": job.failures,
+        "cancel_requested": job.cancel_requested,
+        "idempotency_key": job.idempotency_key,
+        "tenant_id": job.tenant_id,
+        "key_scope": active_scope(job) if track_scope else None,
+        "parent_id": job.parent_id,
+        "requeued_from": job.requeued_from,
+        "trace_parent": job.trace_parent,
+        "recurring_id": job.recurring_id,
+        "last_error": job.last_error,
+        "result": job.result,
+        "progress": job.progress,
+        "finished_at": job.finished_at,
+        "workflow_instance_id": job.workflow_instance_id,
+        "activity_node_id": job.activity_node_id,
+    }
+
+
 def job_row(job: JobRecord, *, track_scope: bool) -> Job:
-    """A new row for ``job``; ``key_scope`` is filled only where it enforces uniqueness."""
-    return Job(
-        uuid=job.id,
-        queue=job.queue,
-        state=JOB_STATE_CODES[job.state],
-        priority=job.priority,
-        target=job.invocation.target,
-        arguments=arguments_json(job.invocation),
-        retry=retry_json(job.retry),
-        timeout=job.timeout,
-        created_at=job.created_at,
-        due_at=job.due_at,
-        worker_id=job.worker_id,
-        lease_until=job.lease_until,
-        attempt=job.attempt,
-        failures=job.failures,
-        cancel_requested=job.cancel_requested,
-        idempotency_key=job.idempotency_key,
-        tenant_id=job.tenant_id,
-        key_scope=active_scope(job) if track_scope else None,
-        parent_id=job.parent_id,
-        requeued_from=job.requeued_from,
-        trace_parent=job.trace_parent,
-        recurring_id=job.recurring_id,
-        last_error=job.last_error,
-        result=job.result,
-        progress=job.progress,
-        finished_at=job.finished_at,
-        workflow_instance_id=job.workflow_instance_id,
-        activity_node_id=job.activity_node_id,
-    )
+    """A new row for ``job`` (see :func:`job_values`)."""
+    return Job(**job_values(job, track_scope=track_scope))
 
 
 def job_record(row: Job, **changes: Any) -> JobRecord:
     """The record a row stores, with ``changes`` applied on top (e.g. a claim's lease)."""
-    values: dict[str, Any] = {
-        "id": row.uuid,
-        "queue": row.queue,
-        "invocation": invocation_of(row.target, row.arguments),
-        "state": JOB_STATES[row.state],
-        "created_at": row.created_at,
-        "priority": row.priority,
-        "due_at": row.due_at,
-        "worker_id": row.worker_id,
-        "lease_until": row.lease_until,
-        "attempt": row.attempt,
-        "failures": row.failures,
-        "cancel_requested": row.cancel_requested,
-        "retry": retry_of(row.retry),
-        "timeout": row.timeout,
-        "idempotency_key": row.idempotency_key,
-        "tenant_id": row.tenant_id,
-        "parent_id": row.parent_id,
-        "requeued_from": row.requeued_from,
-        "trace_parent": row.trace_parent,
-        "recurring_id": row.recurring_id,
-        "last_error": row.last_error,
-        "result": row.result,
-        "progress": row.progress,
-        "finished_at": row.finished_at,
-        "workflow_instance_id": row.workflow_instance_id,
-        "activity_node_id": row.activity_node_id,
+    return job_record_of(vars(row), **changes)
+
+
+def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:
+    """The record of a row given as its column values keyed by field name (JSON
+    decoded), with ``changes`` applied on top."""
+    record: dict[str, Any] = {
+        "id": values["uuid"],
+        "queue": values["queue"],
+        "invocation": invocation_of(values["target"], values["arguments"]),
+        "state": JOB_STATES[values["state"]],
+        "created_at": values["created_at"],
+        "priority": values["priority"],
+        "due_at": values["due_at"],
+        "worker_id": values["worker_id"],
+        "lease_until": values["lease_until"],
+        "attempt": values["attempt"],
+        "failures": values["failures"],
+        "cancel_requested": values["cancel_requested"],
+        "retry": retry_of(values["retry"]),
+        "timeout": values["timeout"],
+        "idempotency_key": values["idempotency_key"],
+        "tenant_id": values["tenant_id"],
+        "parent_id": values["parent_id"],
+        "requeued_from": values["requeued_from"],
+        "trace_parent": values["trace_parent"],
+        "recurring_id": values["recurring_id"],
+        "last_error": values["last_error"],
+        "result": values["result"],
+        "progress": values["progress"],
+        "finished_at": values["finished_at"],
+        "workflow_instance_id": values["workflow_instance_id"],
+        "activity_node_id": values["activity_node_id"],
     }
-    values.update(changes)
-    return JobRecord(**values)
+    record.update(changes)
+    return JobRecord(**record)
 
 
 def recurring_fields(record: RecurringRecord) -> dict[str, Any]:

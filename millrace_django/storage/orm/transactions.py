@@ -67,27 +67,33 @@ class Transactions:
         if woken is not None:
             woken.update(queues)
 
-    def write(self, work: Callable[[], T]) -> T:
+    def write(self, work: Callable[[], T], *, one_statement: bool = False) -> T:
         """Run ``work`` in its own transaction, replaying it on contention.
 
         Inside a caller's transaction (``transaction.atomic`` on the same alias) ``work``
         runs in a savepoint instead: only lost insert races are replayed there, since a
         deadlock belongs to the caller's whole transaction, and per-transaction settings
         (PostgreSQL's statement timeout) stay the caller's.
+
+        ``one_statement`` says that ``work`` sends a single statement (one that also
+        announces what it enqueued, if anything): where the vendor allows it, that
+        statement then runs alone in autocommit, atomic by itself, without the round
+        trips of ``BEGIN`` and ``COMMIT``; replayed the same way.
         """
         connection = connections[self.alias]
         nested = connection.in_atomic_block
+        autocommit = one_statement and not nested and self.vendor.autocommit_statements
         attempt = 0
         while True:
             attempt += 1
             try:
-                with (
-                    self.vendor.statement_timeout(connection, self.statement_timeout),
-                    transaction.atomic(using=self.alias),
-                ):
-                    if not nested:
-                        self.vendor.begin(connection, self.statement_timeout)
-                    return self._run(work)
+                with self.vendor.statement_timeout(connection, self.statement_timeout):
+                    if autocommit:
+                        return self._run(work)
+                    with transaction.atomic(using=self.alias):
+                        if not nested:
+                            self.vendor.begin(connection, self.statement_timeout)
+                        return self._run(work)
             except InsertConflict as conflict:
                 if attempt == self.attempts:
                     raise StorageError(

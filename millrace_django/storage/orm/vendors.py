@@ -32,8 +32,15 @@ _BINARY_COLLATION = "Latin1_General_100_BIN2"
 class Vendor:
     """The portable defaults; subclasses override only what their database needs."""
 
-    reads_in_transaction: ClassVar[bool] = False
+    reads_in_transaction: bool = False
     """Whether reads need a transaction for their statements to be bounded."""
+
+    autocommit_statements: bool = False
+    """Whether a storage call that is one statement may run it alone in autocommit
+    (bounded all the same), instead of inside a transaction of its own."""
+
+    multi_statement_messages: bool = False
+    """Whether one ``cursor.execute`` may carry several statements (``a; b``)."""
 
     hot_path: ClassVar[HotPath] = OrmHotPath()
     """The claim and acknowledgement statements (stateless)."""
@@ -79,25 +86,78 @@ class Vendor:
 
 
 class PostgreSQL(Vendor):
-    """``FOR UPDATE SKIP LOCKED``; ``SET LOCAL statement_timeout`` per transaction, so
-    nothing leaks into the application's use of a shared alias; one-statement claim and
-    acknowledgement."""
+    """``FOR UPDATE SKIP LOCKED``; hand-written hot statements (:mod:`.postgresql`).
 
-    reads_in_transaction = True
+    Statements are bounded by ``SET LOCAL statement_timeout``, sent in the same message
+    as the statement it bounds (``SET LOCAL ...; <statement>``: one round trip, and the
+    setting ends with that transaction, so nothing leaks into the application's use of
+    a shared alias). A storage call that is one statement runs in autocommit (the
+    message is its own implicit transaction: no ``BEGIN``/``COMMIT`` round trips); one
+    of several statements runs in a transaction whose first statement carries the
+    prefix. That needs Django's default client-side binding cursors; with
+    ``OPTIONS["server_side_binding"]`` (which cannot send two statements at once) every
+    call runs in a transaction that starts with ``set_config``, one round trip more."""
+
     _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock
 
     hot_path = PostgresHotPath()
 
+    def __init__(self, *, client_binding: bool = True) -> None:
+        self.client_binding = client_binding
+        self.reads_in_transaction = not client_binding
+        self.autocommit_statements = client_binding
+        self.multi_statement_messages = client_binding
+
+    @classmethod
+    def for_connection(cls, connection: BaseDatabaseWrapper) -> Vendor:
+        options = connection.settings_dict.get("OPTIONS", {})
+        return cls(client_binding=options.get("server_side_binding") is not True)
+
+    @contextmanager
+    def statement_timeout(
+        self, connection: BaseDatabaseWrapper, timeout: timedelta
+    ) -> Iterator[None]:
+        if not self.client_binding or connection.in_atomic_block:
+            yield  # a caller's transaction keeps its own settings
+            return
+        prefix = f"SET LOCAL statement_timeout = {_milliseconds(timeout)}; "
+        transaction_bounded = False
+
+        def bounded(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            nonlocal transaction_bounded
+            in_transaction = context["connection"].in_atomic_block
+            if in_transaction and transaction_bounded:
+                return execute(sql, params, many, context)
+            transaction_bounded = in_transaction
+            raw = context["cursor"].cursor
+            if many:  # executemany cannot carry a prefix
+                if in_transaction:
+                    raw.execute(prefix)
+                return execute(sql, params, many, context)
+            result = execute(prefix + sql, params, many, context)
+            raw.nextset()  # past the SET's result, to the statement's
+            return result
+
+        with connection.execute_wrapper(bounded):
+            yield
+
     def begin(self, connection: BaseDatabaseWrapper, timeout: timedelta) -> None:
-        milliseconds = max(1, int(timeout.total_seconds() * 1000))
+        if self.client_binding:
+            return  # the first statement carries the bound
         with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(milliseconds)])
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true)", [str(_milliseconds(timeout))]
+            )
 
     def is_transient(self, error: DatabaseError) -> bool:
         return getattr(error.__cause__, "sqlstate", None) in self._TRANSIENT_SQLSTATES
 
     def wakeups(self, alias: str, channel: str) -> Wakeups:
         return PostgresWakeups(alias, channel)
+
+
+def _milliseconds(timeout: timedelta) -> int:
+    return max(1, int(timeout.total_seconds() * 1000))
 
 
 class SQLite(Vendor):

@@ -1,0 +1,207 @@
+"""Operator actions, shared by the pages and the API. Each goes through the engine's
+job or workflow client (never a row edit) and answers with an :class:`Outcome`: an HTTP
+status for the API and a sentence for the operator that says why when it was refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+from millrace_django.contract import TERMINAL_INSTANCE_STATES, JobState
+from millrace_django.dashboard import services
+from millrace_django.engine.errors import JobNotFinished
+from millrace_django.engine.workflow import InvalidSignalPayload, Recovery
+from millrace_django.errors import MillraceError
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    ok: bool
+    status: int
+    """200 done, 202 accepted (carried out by a job), 400 bad input, 404 nothing to act
+    on (unknown, or in a state the action does not apply to), 409 not finished."""
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class JobAction(StrEnum):
+    CANCEL = "cancel"
+    RUN_NOW = "run-now"
+    REQUEUE = "requeue"
+
+
+class InstanceAction(StrEnum):
+    RETRY = "retry"
+    SKIP = "skip"
+    ABANDON = "abandon"
+    CANCEL = "cancel"
+
+
+def _state_of(job_id: UUID) -> JobState | None:
+    details = services.monitoring().get_job_details(job_id)
+    return details.summary.state if details is not None else None
+
+
+def _unknown_job(job_id: UUID) -> Outcome:
+    return Outcome(False, 404, f"There is no job {job_id}.")
+
+
+def cancel_job(job_id: UUID) -> Outcome:
+    if services.jobs().cancel(job_id):
+        details = services.monitoring().get_job_details(job_id)
+        if details is not None and details.summary.state is JobState.PROCESSING:
+            return Outcome(
+                True,
+                200,
+                f"Cancellation requested for job {job_id}: it is running, and its worker "
+                "stops it at the next heartbeat.",
+            )
+        return Outcome(True, 200, f"Job {job_id} cancelled.")
+    state = _state_of(job_id)
+    if state is None:
+        return _unknown_job(job_id)
+    return Outcome(
+        False, 404, f"Job {job_id} is already {state.value}: only unfinished jobs can be cancelled."
+    )
+
+
+def run_job_now(job_id: UUID) -> Outcome:
+    if services.jobs().run_now(job_id):
+        return Outcome(True, 200, f"Job {job_id} is enqueued to run now (its retry was pending).")
+    state = _state_of(job_id)
+    if state is None:
+        return _unknown_job(job_id)
+    return Outcome(
+        False,
+        404,
+        f"Job {job_id} is {state.value}: only a failed job waiting for its retry can run now.",
+    )
+
+
+def requeue_job(job_id: UUID) -> Outcome:
+    try:
+        new_id = services.jobs().requeue(job_id)
+    except JobNotFinished:
+        state = _state_of(job_id)
+        shown = state.value if state is not None else "not finished"
+        return Outcome(
+            False,
+            409,
+            f"Job {job_id} is {shown}: only finished jobs (succeeded, dead or cancelled) can "
+            "be requeued.",
+        )
+    if new_id is None:
+        return _unknown_job(job_id)
+    if new_id == job_id:  # pragma: no cover - requeue always mints a new id
+        return Outcome(False, 409, f"Job {job_id} was not requeued.")
+    return Outcome(True, 200, f"Job {job_id} requeued as job {new_id}.", {"id": str(new_id)})
+
+
+JOB_ACTIONS: dict[JobAction, Callable[[UUID], Outcome]] = {
+    JobAction.CANCEL: cancel_job,
+    JobAction.RUN_NOW: run_job_now,
+    JobAction.REQUEUE: requeue_job,
+}
+
+
+def trigger_recurring(recurring_id: str) -> Outcome:
+    if services.jobs().trigger_recurring(recurring_id):
+        return Outcome(
+            True,
+            200,
+            f"Recurring job {recurring_id!r} triggered: one extra occurrence is enqueued; "
+            "its schedule is unchanged.",
+        )
+    return Outcome(False, 404, f"There is no recurring job {recurring_id!r}.")
+
+
+def act_on_instance(instance_id: UUID, action: str, job_id: UUID | None = None) -> Outcome:
+    try:
+        chosen = InstanceAction(action.lower())
+    except ValueError:
+        return Outcome(
+            False,
+            400,
+            f"Unknown action {action!r}: use retry, skip or abandon (or cancel).",
+        )
+    client = services.workflows()
+    if chosen is InstanceAction.CANCEL:
+        if client.cancel(instance_id):
+            return Outcome(
+                True,
+                200,
+                f"Workflow instance {instance_id} cancelled: its pending jobs are cancelled "
+                "(running ones asked to stop) and its waits removed.",
+            )
+        return _not_actionable(instance_id, "only an unfinished instance can be cancelled")
+    if client.recover(instance_id, Recovery(chosen.value), job_id=job_id):
+        return Outcome(
+            True,
+            202,
+            f"Recovery '{chosen.value}' of workflow instance {instance_id} accepted: a job "
+            "carries it out.",
+        )
+    return _not_actionable(instance_id, "only a suspended instance with a failure can be recovered")
+
+
+def _not_actionable(instance_id: UUID, rule: str) -> Outcome:
+    record = services.workflows().storage.get_instance(instance_id)
+    if record is None:
+        return Outcome(False, 404, f"There is no workflow instance {instance_id}.")
+    finished = " (finished)" if record.state in TERMINAL_INSTANCE_STATES else ""
+    return Outcome(
+        False, 404, f"Workflow instance {instance_id} is {record.state.value}{finished}: {rule}."
+    )
+
+
+def send_signal(name: str, correlation_id: str, payload: Any) -> Outcome:
+    try:
+        delivered = services.workflows().signal(name, correlation_id, payload)
+    except InvalidSignalPayload as error:
+        return Outcome(False, 400, f"The payload does not fit the waiting step: {error}")
+    except (TypeError, ValueError) as error:
+        return Outcome(False, 400, str(error))
+    if delivered:
+        return Outcome(
+            True,
+            200,
+            f"Signal {name!r} delivered to the instance waiting on correlation id "
+            f"{correlation_id!r}.",
+        )
+    return Outcome(
+        False,
+        404,
+        f"No workflow instance is waiting for signal {name!r} with correlation id "
+        f"{correlation_id!r}.",
+    )
+
+
+def bulk(act: Callable[[Any], Outcome], targets: Iterable[Any], noun: str) -> Outcome:
+    """Run ``act`` on each target; one summary (done, refused with their reasons)."""
+    outcomes = []
+    for target in targets:
+        try:
+            outcomes.append((target, act(target)))
+        except MillraceError as error:  # pragma: no cover - actions map their refusals
+            outcomes.append((target, Outcome(False, 400, str(error))))
+    if not outcomes:
+        return Outcome(False, 400, f"Select at least one {noun}.")
+    done = [target for target, outcome in outcomes if outcome.ok]
+    refused = [(target, outcome) for target, outcome in outcomes if not outcome.ok]
+    parts = [f"{len(done)} of {len(outcomes)} {noun}(s) done."]
+    parts += [outcome.message for _, outcome in refused[:5]]
+    if len(refused) > 5:
+        parts.append(f"... and {len(refused) - 5} more refused.")
+    return Outcome(
+        not refused,
+        200,
+        " ".join(parts),
+        {
+            "done": [str(t) for t in done],
+            "refused": [{"id": str(t), "reason": o.message, "status": o.status} for t, o in refused],
+        },
+    )

@@ -1,0 +1,249 @@
+"""The JSON API (``api/v1/``): the pages' read model and actions, same authorization.
+
+Lists are keyset pages (``{"items": [...], "nextCursor": ...}``, no totals). Errors are
+RFC 9457 problem documents: 400 for a bad filter or cursor, 404 for nothing to act on,
+409 for a requeue of an unfinished job. A denied request is the same 404 as an unknown
+URL. Actions are POST and need the CSRF token (header ``X-CSRFToken``) like any Django
+form. The schema is served at ``api/v1/openapi.json`` (:mod:`.openapi`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+from uuid import UUID
+
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+
+from millrace_django.contract import Page
+from millrace_django.dashboard import actions, services, wire
+from millrace_django.dashboard.actions import JobAction, Outcome
+from millrace_django.dashboard.authorization import Permission
+from millrace_django.dashboard.endpoints import guarded
+from millrace_django.dashboard.filters import (
+    InstanceFilter,
+    JobFilter,
+    PagingForm,
+    ReadModelFilterSet,
+    RecurringFilter,
+    StatisticsFilter,
+)
+from millrace_django.dashboard.forms import MAX_BULK
+from millrace_django.errors import InvalidCursor
+
+API_VERSION = "v1"
+
+RENAMED = {
+    "createdAfter": "created_after",
+    "createdBefore": "created_before",
+    "definitionId": "definition",
+    "definitionVersion": "version",
+}
+"""API query parameters (camelCase) and the filter fields they feed."""
+
+PROBLEM = "application/problem+json"
+
+
+def problem(status: int, title: str, detail: str | None = None, **extra: Any) -> JsonResponse:
+    return JsonResponse(
+        wire.problem(status, title, detail, **extra), status=status, content_type=PROBLEM
+    )
+
+
+def _csrf_problem(request: HttpRequest, rejected: HttpResponse) -> HttpResponse:
+    return problem(
+        403, "CSRF check failed", "Send the CSRF token in the X-CSRFToken header (and its cookie)."
+    )
+
+
+def _api(permission: Permission, *, post: bool = False) -> Callable[[Any], Any]:
+    methods = ("POST",) if post else ("GET", "HEAD")
+    return guarded(permission, methods=methods, on_csrf_failure=_csrf_problem)
+
+
+def _outcome(outcome: Outcome) -> JsonResponse:
+    if outcome.ok:
+        return JsonResponse({"message": outcome.message, **outcome.data}, status=outcome.status)
+    title = {400: "Bad request", 404: "Not found", 409: "Conflict"}.get(outcome.status, "Refused")
+    return problem(outcome.status, title, outcome.message, **outcome.data)
+
+
+def _filter_data(query: QueryDict) -> QueryDict:
+    data = QueryDict(mutable=True)
+    for key, values in query.lists():
+        if key in ("cursor", "limit"):
+            continue
+        data.setlist(RENAMED.get(key, key), values)
+    return data
+
+
+def _page[T](
+    request: HttpRequest,
+    filterset: ReadModelFilterSet,
+    run: Callable[[Any], Page[T]],
+    item: Callable[[T], dict[str, Any]],
+) -> JsonResponse:
+    paging = PagingForm(request.GET)
+    if not filterset.is_valid() or not paging.is_valid():
+        errors = {**wire.form_errors(filterset.form.errors, RENAMED), **paging.errors}
+        return problem(400, "Invalid query parameters", errors=errors)
+    cursor, limit = paging.page(0)
+    try:
+        result = run(filterset.query(cursor=cursor, limit=limit))  # type: ignore[attr-defined]
+    except InvalidCursor:
+        return problem(400, "Invalid paging cursor", "Start again without a cursor.")
+    return JsonResponse(wire.page(result, item))
+
+
+# -- reads --------------------------------------------------------------------------------
+
+
+@_api(Permission.VIEW_JOBS)
+def info(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"apiVersion": API_VERSION, "storageProvider": services.storage_provider()})
+
+
+@_api(Permission.VIEW_JOBS)
+def statistics(request: HttpRequest) -> JsonResponse:
+    filterset = StatisticsFilter(_filter_data(request.GET))
+    if not filterset.is_valid():
+        return problem(400, "Invalid query parameters", errors=dict(filterset.form.errors))
+    stats = services.monitoring().get_statistics(filterset.tenant_filter())
+    return JsonResponse(wire.statistics(stats))
+
+
+@_api(Permission.VIEW_JOBS)
+def jobs(request: HttpRequest) -> JsonResponse:
+    return _page(
+        request,
+        JobFilter(_filter_data(request.GET)),
+        services.monitoring().query_jobs,
+        wire.job_summary,
+    )
+
+
+@_api(Permission.VIEW_JOBS)
+def job(request: HttpRequest, job_id: UUID) -> JsonResponse:
+    details = services.monitoring().get_job_details(job_id)
+    if details is None:
+        return problem(404, "Not found", f"There is no job {job_id}.")
+    return JsonResponse(wire.job_details(details))
+
+
+@_api(Permission.VIEW_RECURRING)
+def recurring(request: HttpRequest) -> JsonResponse:
+    return _page(
+        request,
+        RecurringFilter(_filter_data(request.GET)),
+        services.monitoring().query_recurring,
+        wire.recurring_summary,
+    )
+
+
+@_api(Permission.VIEW_WORKFLOWS)
+def instances(request: HttpRequest) -> JsonResponse:
+    return _page(
+        request,
+        InstanceFilter(_filter_data(request.GET)),
+        services.monitoring().query_instances,
+        wire.instance_summary,
+    )
+
+
+@_api(Permission.VIEW_WORKFLOWS)
+def instance(request: HttpRequest, instance_id: UUID) -> JsonResponse:
+    found = services.instance_view(instance_id)
+    if found is None:
+        return problem(404, "Not found", f"There is no workflow instance {instance_id}.")
+    return JsonResponse({**wire.instance_details(found), "graph": found.graph})
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+@_api(Permission.MANAGE_JOBS, post=True)
+def job_action(request: HttpRequest, job_id: UUID, action: str) -> JsonResponse:
+    try:
+        chosen = JobAction(action)
+    except ValueError:
+        return problem(404, "Not found", f"No job action {action!r}.")
+    return _outcome(actions.JOB_ACTIONS[chosen](job_id))
+
+
+def _json_body(request: HttpRequest) -> tuple[Any, JsonResponse | None]:
+    raw = request.body.decode("utf-8", errors="replace")
+    if not raw.strip():
+        return None, None
+    try:
+        return json.loads(raw), None
+    except ValueError as error:
+        return None, problem(400, "Invalid JSON body", str(error))
+
+
+@_api(Permission.MANAGE_JOBS, post=True)
+def jobs_bulk(request: HttpRequest, action: str) -> JsonResponse:
+    try:
+        chosen = JobAction(action)
+    except ValueError:
+        return problem(404, "Not found", f"No job action {action!r}.")
+    body, error = _json_body(request)
+    if error is not None:
+        return error
+    ids = _uuid_list(body)
+    if ids is None:
+        return problem(400, "Invalid body", f'Send {{"ids": [job ids]}}, at most {MAX_BULK}.')
+    return _outcome(actions.bulk(actions.JOB_ACTIONS[chosen], ids, "job"))
+
+
+def _uuid_list(body: Any) -> list[UUID] | None:
+    if not isinstance(body, Mapping) or not isinstance(body.get("ids"), list):
+        return None
+    raw = body["ids"]
+    if not raw or len(raw) > MAX_BULK or not all(isinstance(i, str) for i in raw):
+        return None
+    try:
+        return list(dict.fromkeys(UUID(i) for i in raw))
+    except ValueError:
+        return None
+
+
+@_api(Permission.MANAGE_RECURRING, post=True)
+def recurring_trigger(request: HttpRequest, recurring_id: str) -> JsonResponse:
+    return _outcome(actions.trigger_recurring(recurring_id))
+
+
+@_api(Permission.MANAGE_WORKFLOWS, post=True)
+def instance_recovery(request: HttpRequest, instance_id: UUID, action: str) -> JsonResponse:
+    if action.lower() == "cancel":
+        return problem(400, "Bad request", "Use retry, skip or abandon; cancel has its own URL.")
+    body, error = _json_body(request)
+    if error is not None:
+        return error
+    job_id: UUID | None = None
+    if isinstance(body, Mapping) and body.get("jobId") is not None:
+        try:
+            job_id = UUID(str(body["jobId"]))
+        except ValueError:
+            return problem(400, "Bad request", "jobId is not a job id.")
+    return _outcome(actions.act_on_instance(instance_id, action, job_id))
+
+
+@_api(Permission.MANAGE_WORKFLOWS, post=True)
+def instance_cancel(request: HttpRequest, instance_id: UUID) -> JsonResponse:
+    return _outcome(actions.act_on_instance(instance_id, "cancel"))
+
+
+@_api(Permission.MANAGE_WORKFLOWS, post=True)
+def signal(request: HttpRequest, name: str, correlation_id: str) -> JsonResponse:
+    payload, error = _json_body(request)
+    if error is not None:
+        return error
+    return _outcome(actions.send_signal(name, correlation_id, payload))
+
+
+@_api(Permission.VIEW_JOBS)
+def openapi(request: HttpRequest) -> JsonResponse:
+    from millrace_django.dashboard.openapi import schema
+
+    return JsonResponse(schema(request.build_absolute_uri("./")))

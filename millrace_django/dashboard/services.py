@@ -1,0 +1,220 @@
+"""What the dashboard reads and acts through: the storage's monitoring read model, the
+job client and the workflow client, all built from the project's settings.
+
+The dashboard never touches rows itself: reads go to
+:class:`~millrace_django.contract.MonitoringStorage`, actions to the engine's clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from millrace_django import wiring
+from millrace_django.conf import get_settings
+from millrace_django.contract import (
+    JSON,
+    JobQuery,
+    JobState,
+    MonitoringStorage,
+    TenantFilter,
+    WorkflowInstanceRecord,
+)
+from millrace_django.engine.client import JobClient
+from millrace_django.engine.workflow import Position, WorkflowClient, WorkflowInstance, find
+from millrace_django.engine.workflow.graph import read_path
+from millrace_django.errors import MillraceError
+
+RUNNING_SAMPLE = 200
+"""Running jobs read to list the workers holding leases (one page, newest first)."""
+
+
+def monitoring() -> MonitoringStorage:
+    """The configured storage's read model (the system checks refuse a storage without
+    one, so this only fails on a misconfigured project)."""
+    storage = wiring.storage()
+    if not isinstance(storage, MonitoringStorage):  # pragma: no cover - see checks.py
+        raise TypeError(f"{type(storage).__name__} has no monitoring read model")
+    return storage
+
+
+def storage_provider() -> str:
+    storage = wiring.storage()
+    return f"{type(storage).__module__}.{type(storage).__qualname__}"
+
+
+def jobs() -> JobClient:
+    return wiring.client()
+
+
+def workflows() -> WorkflowClient:
+    return WorkflowClient(wiring.storage(), wiring.clock(), get_settings())
+
+
+def now() -> datetime:
+    return wiring.clock().now()
+
+
+def configured_queues() -> list[str]:
+    return sorted(get_settings().queues)
+
+
+# -- workers and throughput ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """A worker seen holding leases on running jobs."""
+
+    worker_id: str
+    running: int
+    queues: tuple[str, ...]
+    oldest_start: datetime
+
+
+def workers_in_flight(tenant: TenantFilter) -> tuple[list[WorkerLoad], bool]:
+    """Workers holding the newest :data:`RUNNING_SAMPLE` running jobs, and whether more
+    running jobs exist than were read.
+
+    Derived from the jobs read model; idle workers and heartbeats need the worker
+    registry (see :func:`worker_registry`).
+    """
+    page = monitoring().query_jobs(
+        JobQuery(states=frozenset({JobState.PROCESSING}), tenant=tenant, limit=RUNNING_SAMPLE)
+    )
+    seen: dict[str, tuple[int, set[str], datetime]] = {}
+    for job in page.items:
+        worker = job.worker_id or "(unknown)"
+        count, queues, oldest = seen.get(worker, (0, set(), job.created_at))
+        queues.add(job.queue)
+        seen[worker] = (count + 1, queues, min(oldest, job.created_at))
+    loads = [
+        WorkerLoad(worker_id=w, running=n, queues=tuple(sorted(q)), oldest_start=o)
+        for w, (n, q, o) in seen.items()
+    ]
+    loads.sort(key=lambda load: (-load.running, load.worker_id))
+    return loads, page.next_cursor is not None
+
+
+def worker_registry() -> Sequence[Any] | None:
+    """Registered workers with their heartbeats.
+
+    NOT AVAILABLE YET: needs the storage's worker registry (issue 6, item 1). Returns
+    ``None`` until the storage offers it; the pages then say "not available yet".
+    """
+    return None
+
+
+def paused_queues() -> frozenset[str] | None:
+    """Queues an operator paused.
+
+    NOT AVAILABLE YET: needs the storage's paused-queue operations (issue 6, item 1);
+    pause and resume actions wait for them too. ``None`` until then.
+    """
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputPoint:
+    """Jobs that finished in one time bucket."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+
+
+def throughput(tenant: TenantFilter) -> Sequence[ThroughputPoint] | None:
+    """Finished and failed jobs per minute over the last hour, for the overview chart.
+
+    NOT AVAILABLE YET: needs the storage's per-minute throughput counts (issue 6, item
+    1); counting finished jobs from the jobs list would be an unbounded scan. ``None``
+    until the storage offers it; :func:`~.charts.throughput_chart` renders the points.
+    """
+    return None
+
+
+# -- workflows -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """Everything the instance page shows: the record, the owner's view (errors and
+    failures awaiting an operator), the live position and the definition's graph."""
+
+    record: WorkflowInstanceRecord
+    view: WorkflowInstance
+    position: Position | None
+    graph: dict[str, JSON] | None
+    graph_problem: str | None
+    pending_jobs: list[tuple[UUID, str, str]]
+    """``(job id, kind, node)`` of each job the instance is waiting on."""
+    waits: list[dict[str, Any]]
+
+
+def _signal_of(graph: dict[str, JSON] | None, data: JSON, wait: dict[str, Any]) -> dict[str, str]:
+    """The signal name a wait expects and, when its correlation is a key path into the
+    data, the correlation id (to prefill the signals form)."""
+    nodes = graph.get("nodes") if graph is not None else None
+    found: dict[str, str] = {}
+    for node in nodes if isinstance(nodes, list) else []:
+        if not isinstance(node, dict) or node.get("id") != wait.get("node"):
+            continue
+        if isinstance(node.get("signal"), str):
+            found["signal"] = str(node["signal"])
+        path = node.get("correlation")
+        if isinstance(path, str) and isinstance(data, dict):
+            try:
+                value = read_path(data, path)
+            except (MillraceError, KeyError, TypeError, ValueError):
+                value = None
+            if isinstance(value, str | int):
+                found["correlation_id"] = str(value)
+    return found
+
+
+def instance_view(instance_id: UUID) -> InstanceView | None:
+    client = workflows()
+    record = client.storage.get_instance(instance_id)
+    view = client.get(instance_id)
+    if record is None or view is None:
+        return None
+    cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
+    position: Position | None
+    try:
+        position = client.position(instance_id)
+    except (LookupError, MillraceError, KeyError, TypeError):
+        position = None
+    graph: dict[str, JSON] | None = None
+    problem: str | None = None
+    module = cursor.get("module")
+    try:
+        definition = find(
+            record.definition_id,
+            record.definition_version,
+            module if isinstance(module, str) else None,
+        )
+        graph = definition.export_graph()
+    except (LookupError, MillraceError, ImportError) as error:
+        problem = f"The definition is not loaded in this process: {error}"
+    pending = [
+        (UUID(job_id), str(entry.get("kind", "")), str(entry.get("node", "")))
+        for job_id, entry in sorted(cursor.get("jobs", {}).items())
+        if isinstance(entry, dict)
+    ]
+    waits = [
+        {"bookmark": bookmark_id, **entry, **_signal_of(graph, record.data, entry)}
+        for bookmark_id, entry in sorted(cursor.get("waits", {}).items())
+        if isinstance(entry, dict)
+    ]
+    return InstanceView(
+        record=record,
+        view=view,
+        position=position,
+        graph=graph,
+        graph_problem=problem,
+        pending_jobs=pending,
+        waits=waits,
+    )

@@ -1,0 +1,407 @@
+"""The workflow client: start instances, signal them, read them, cancel and recover.
+
+Every write is one storage atom: a start stores the instance with its first jobs and
+waits; a signal consumes the oldest matching bookmark and inserts the resume job;
+a cancel is :meth:`~millrace_django.contract.WorkflowStorage.cancel_instance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast, overload
+from uuid import UUID
+
+from millrace_django.clock import Clock
+from millrace_django.contract import (
+    JSON,
+    TERMINAL_INSTANCE_STATES,
+    BookmarkRecord,
+    InstanceQuery,
+    InstanceState,
+    InstanceSummary,
+    JobRecord,
+    JobStorage,
+    MonitoringStorage,
+    Page,
+    WorkflowInstanceRecord,
+)
+from millrace_django.engine.config import EngineConfig
+from millrace_django.engine.errors import UnknownQueue
+from millrace_django.engine.tenancy import current_tenant
+from millrace_django.engine.workflow import targets
+from millrace_django.engine.workflow.definition import Workflow, find
+from millrace_django.engine.workflow.documents import (
+    check_payload,
+    from_document,
+    to_document,
+)
+from millrace_django.engine.workflow.errors import InvalidSignalPayload
+from millrace_django.engine.workflow.graph import Kind
+from millrace_django.engine.workflow.jobs import resume_jobs
+from millrace_django.engine.workflow.plan import (
+    COMPENSATE,
+    DELAY,
+    STEP,
+    TIMEOUT,
+    Plan,
+    initial_cursor,
+    instance_job,
+)
+from millrace_django.engine.workflow.spec import Recovery, Step, WaitForSignal
+from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
+from millrace_django.ids import new_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stuck:
+    """A failure waiting for an operator (see :meth:`WorkflowClient.recover`)."""
+
+    job_id: UUID
+    kind: str
+    """``"step"`` (its policy is suspend) or ``"compensation"``."""
+    node: str
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowInstance:
+    """An instance as its owner sees it."""
+
+    id: UUID
+    definition_id: str
+    version: int
+    state: InstanceState
+    data: dict[str, JSON]
+    created_at: datetime
+    updated_at: datetime
+    revision: int
+    tenant_id: str | None
+    error: str | None = None
+    """The last failure's error, if a step failed."""
+    failed_node: str | None = None
+    stuck: tuple[Stuck, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_INSTANCE_STATES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Position:
+    """Where an instance is: nodes finished (at least once), running (a job holds
+    them), waiting (for a signal or a timer), compensating, and failed awaiting an
+    operator."""
+
+    state: InstanceState
+    done: tuple[str, ...] = ()
+    running: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    compensating: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    extra: dict[str, JSON] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "state": self.state.value,
+            "done": list(self.done),
+            "running": list(self.running),
+            "waiting": list(self.waiting),
+            "compensating": list(self.compensating),
+            "failed": list(self.failed),
+        }
+
+
+class WorkflowClient:
+    """Workflows over one storage (jobs and instances together)."""
+
+    def __init__(self, storage: JobStorage, clock: Clock, config: EngineConfig) -> None:
+        self.storage: WorkflowStore = workflow_store(storage)
+        self.clock = clock
+        self.config = config
+
+    # -- starting ---------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Workflow | str,
+        data: object = None,
+        *,
+        version: int | None = None,
+        instance_id: UUID | None = None,
+    ) -> UUID:
+        """Start an instance of ``workflow`` (a definition, or an id: its latest
+        version unless ``version`` pins one) on ``data`` (a dict or a dataclass).
+
+        The instance, its first jobs and its first waits are stored in one atom, in the
+        ambient tenant. Routing steps at the start (if, parallel, for-each, saga) are
+        resolved now, so a bad condition or correlation raises here and stores nothing.
+        A duplicate ``instance_id`` raises
+        :class:`~millrace_django.errors.ConcurrencyConflict`.
+        """
+        definition = self._definition(workflow, version)
+        document = to_document(data)
+        queue = definition.queue or self.config.default_queue
+        self._check_queues(definition, queue)
+        now = self.clock.now()
+        instance = WorkflowInstanceRecord(
+            id=instance_id if instance_id is not None else new_id(self.clock),
+            definition_id=definition.id,
+            definition_version=definition.version,
+            state=InstanceState.RUNNING,
+            data=document,
+            created_at=now,
+            updated_at=now,
+            cursor=cast(
+                JSON,
+                initial_cursor(
+                    module=definition.module,
+                    queue=queue,
+                    retry=definition.retry or self.config.default_retry,
+                ),
+            ),
+            tenant_id=current_tenant(),
+        )
+        plan = Plan(definition, instance, document, self.clock)
+        plan.start()
+        self.storage.create_instance(plan.finish(), enqueue=plan.jobs, bookmarks=plan.bookmarks)
+        return instance.id
+
+    # -- signals ----------------------------------------------------------------------
+
+    def signal(self, name: str, correlation_id: str, payload: object = None) -> bool:
+        """Resume the instance that has waited longest for ``name`` with
+        ``correlation_id``: its bookmark is consumed and its resume job stored in one
+        atom. Returns whether an instance was waiting.
+
+        The payload (a dataclass or JSON) must fit what the waiting step declared, or
+        :class:`~millrace_django.engine.workflow.errors.InvalidSignalPayload` is raised
+        and the instance keeps waiting. Whichever of a signal and its wait's timeout
+        comes first wins; the other finds nothing.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a signal name must be a non-empty string; got {name!r}")
+        if not isinstance(correlation_id, str):
+            raise TypeError(f"a correlation id must be a string; got {correlation_id!r}")
+        while True:
+            consumed, delivered = self._deliver(name, correlation_id, payload)
+            if consumed is None:
+                return False
+            if delivered:
+                return True
+            # A stale bookmark (its instance ended or moved on) is gone now; next one.
+
+    def _deliver(
+        self, name: str, correlation_id: str, payload: object
+    ) -> tuple[BookmarkRecord | None, bool]:
+        delivered: list[bool] = []
+
+        def build(bookmark: BookmarkRecord) -> list[JobRecord]:
+            checked: list[JSON] = []
+
+            def check(instance: WorkflowInstanceRecord, wait: dict[str, Any]) -> None:
+                spec = self._wait_spec(instance, wait)
+                checked.append(check_payload(spec.payload, payload, signal=name))
+
+            jobs = resume_jobs(
+                self.storage, self.clock, bookmark, None, timed_out=False, check=check
+            )
+            if not jobs:
+                return []
+            delivered.append(True)
+            args = list(jobs[0].invocation.args)
+            args[2] = checked[0]
+            return [_with_args(jobs[0], tuple(args))]
+
+        consumed = self.storage.consume_bookmark(name, correlation_id, build)
+        return consumed, bool(delivered)
+
+    def _wait_spec(self, instance: WorkflowInstanceRecord, wait: dict[str, Any]) -> WaitForSignal:
+        cursor = instance.cursor if isinstance(instance.cursor, dict) else {}
+        module = cursor.get("module")
+        definition = find(
+            instance.definition_id,
+            instance.definition_version,
+            module if isinstance(module, str) else None,
+        )
+        spec = definition.graph.node(wait["node"]).spec
+        if not isinstance(spec, WaitForSignal):
+            raise InvalidSignalPayload(f"node {wait['node']!r} does not wait for a signal")
+        return spec
+
+    # -- operators --------------------------------------------------------------------
+
+    def cancel(self, instance_id: UUID) -> bool:
+        """Cancel the instance: its pending jobs are cancelled (running ones asked to
+        stop), its waits removed, its state ``cancelled``, in one atom. ``False`` if it
+        is unknown or already finished."""
+        return self.storage.cancel_instance(instance_id)
+
+    def recover(
+        self, instance_id: UUID, action: Recovery | str, *, job_id: UUID | None = None
+    ) -> bool:
+        """Answer a suspended instance's failure (the oldest, or the one left by
+        ``job_id``): ``retry`` it with a fresh retry budget, ``skip`` it, or ``abandon``
+        the instance (failed). Carried by a job that re-checks; ``False`` if the
+        instance is not suspended on such a failure."""
+        choice = Recovery(action)
+        instance = self.storage.get_instance(instance_id)
+        if instance is None or instance.state is not InstanceState.SUSPENDED:
+            return False
+        stuck = _stuck_of(instance)
+        if job_id is not None:
+            stuck = tuple(s for s in stuck if s.job_id == job_id)
+        if not stuck:
+            return False
+        cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
+        job = instance_job(
+            instance,
+            cursor,
+            new_id(self.clock),
+            targets.RECOVER,
+            (str(instance.id), choice.value, str(stuck[0].job_id)),
+            node=stuck[0].node,
+            now=self.clock.now(),
+        )
+        self.storage.enqueue([job])
+        return True
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, instance_id: UUID) -> WorkflowInstance | None:
+        record = self.storage.get_instance(instance_id)
+        return _view(record) if record is not None else None
+
+    @overload
+    def data(self, instance_id: UUID) -> dict[str, JSON]: ...
+
+    @overload
+    def data[T](self, instance_id: UUID, as_: type[T]) -> T: ...
+
+    def data(self, instance_id: UUID, as_: type[Any] | None = None) -> Any:
+        """The instance's data (a dict, or the dataclass ``as_``); ``LookupError`` if
+        there is no such instance."""
+        record = self.storage.get_instance(instance_id)
+        if record is None:
+            raise LookupError(f"no workflow instance {instance_id}")
+        data = record.data if isinstance(record.data, dict) else {}
+        return from_document(data, as_) if as_ is not None else data
+
+    def list(
+        self,
+        *,
+        states: Iterable[InstanceState] = (),
+        definition: Workflow | str | None = None,
+        version: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[InstanceSummary]:
+        """Instances, newest first, a keyset page at a time (pass back ``next_cursor``)."""
+        if not isinstance(self.storage, MonitoringStorage):
+            raise TypeError(f"{type(self.storage).__name__} cannot list instances")
+        definition_id = definition.id if isinstance(definition, Workflow) else definition
+        return self.storage.query_instances(
+            InstanceQuery(
+                states=frozenset(states),
+                definition_id=definition_id,
+                definition_version=version,
+                cursor=cursor,
+                limit=limit,
+            )
+        )
+
+    def graph(self, workflow: Workflow | str, version: int | None = None) -> dict[str, JSON]:
+        """A definition's graph (nodes, edges, kinds) as JSON, for the dashboard."""
+        return self._definition(workflow, version).export_graph()
+
+    def position(self, instance_id: UUID) -> Position:
+        """Which nodes of the instance are done, running and waiting now."""
+        record = self.storage.get_instance(instance_id)
+        if record is None:
+            raise LookupError(f"no workflow instance {instance_id}")
+        cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
+        if record.state in TERMINAL_INSTANCE_STATES:
+            cursor = {**cursor, "jobs": {}, "waits": {}, "stuck": {}}
+        running: list[str] = []
+        waiting: list[str] = []
+        compensating: list[str] = []
+        for entry in cursor.get("jobs", {}).values():
+            kind, node = entry["kind"], entry["node"]
+            if kind == STEP:
+                running.append(node)
+            elif kind == COMPENSATE:
+                compensating.append(node)
+            elif kind == DELAY:
+                waiting.append(node)
+            elif kind != TIMEOUT:
+                running.append(node)
+        waiting += [wait["node"] for wait in cursor.get("waits", {}).values()]
+        failed = [stuck["node"] for stuck in cursor.get("stuck", {}).values()]
+        error = cursor.get("error")
+        if record.state is InstanceState.FAILED and isinstance(error, dict):
+            failed.append(str(error.get("node")))
+        return Position(
+            state=record.state,
+            done=tuple(cursor.get("done", ())),
+            running=_unique(running),
+            waiting=_unique(waiting),
+            compensating=_unique(compensating),
+            failed=_unique(failed),
+        )
+
+    # -- inside -----------------------------------------------------------------------
+
+    def _definition(self, workflow: Workflow | str, version: int | None) -> Workflow:
+        if isinstance(workflow, Workflow):
+            if version is not None and version != workflow.version:
+                return find(workflow.id, version, workflow.module)
+            return workflow
+        return find(workflow, version)
+
+    def _check_queues(self, definition: Workflow, queue: str) -> None:
+        known = frozenset(self.config.queues)
+        queues = {queue}
+        for node in definition.graph.nodes.values():
+            if node.kind is Kind.ACTIVITY and isinstance(node.spec, Step) and node.spec.queue:
+                queues.add(node.spec.queue)
+        for name in sorted(queues - known):
+            raise UnknownQueue(name, known)
+
+
+def _with_args(job: JobRecord, args: tuple[JSON, ...]) -> JobRecord:
+    from dataclasses import replace
+
+    return replace(job, invocation=replace(job.invocation, args=args))
+
+
+def _stuck_of(record: WorkflowInstanceRecord) -> tuple[Stuck, ...]:
+    cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
+    stuck = cursor.get("stuck", {})
+    return tuple(
+        Stuck(job_id=UUID(job_id), kind=s["kind"], node=s["node"], error=s.get("error"))
+        for job_id, s in sorted(stuck.items(), key=lambda item: item[1].get("at", ""))
+    )
+
+
+def _view(record: WorkflowInstanceRecord) -> WorkflowInstance:
+    cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
+    error = cursor.get("error")
+    return WorkflowInstance(
+        id=record.id,
+        definition_id=record.definition_id,
+        version=record.definition_version,
+        state=record.state,
+        data=record.data if isinstance(record.data, dict) else {},
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        revision=record.revision,
+        tenant_id=record.tenant_id,
+        error=error.get("error") if isinstance(error, dict) else None,
+        failed_node=error.get("node") if isinstance(error, dict) else None,
+        stuck=_stuck_of(record),
+    )
+
+
+def _unique(items: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))

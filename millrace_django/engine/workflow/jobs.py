@@ -1,0 +1,299 @@
+"""The dispatcher: the module-level jobs every workflow runs on.
+
+Each is an ordinary job. It reads its instance, runs at most one activity, and plans
+what follows (:class:`~millrace_django.engine.workflow.plan.Plan`). It commits nothing
+itself: the checkpoint, the next jobs and new bookmarks ride on this job's own success
+(:meth:`~millrace_django.engine.context.JobContext.ride_on_success`), so the worker
+writes them in the same atom as the job's transition. Should another branch checkpoint
+first, the worker asks the plan again on the stored instance (a three-way merge of the
+data, the activity is not run again).
+
+A job its instance no longer lists (cancelled, failed, finished, moved on) runs no code.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+from uuid import UUID
+
+from millrace_django.clock import Clock
+from millrace_django.contract import (
+    JSON,
+    TERMINAL_INSTANCE_STATES,
+    BookmarkRecord,
+    InstanceState,
+    JobRecord,
+    WorkflowCheckpoint,
+    WorkflowInstanceRecord,
+)
+from millrace_django.engine.context import JobContext, SideEffects
+from millrace_django.engine.current import default_client
+from millrace_django.engine.registry import job
+from millrace_django.engine.workflow import targets
+from millrace_django.engine.workflow.activity import ActivityContext, call_activity
+from millrace_django.engine.workflow.definition import Workflow, find
+from millrace_django.engine.workflow.documents import check_document
+from millrace_django.engine.workflow.errors import UnknownWorkflow
+from millrace_django.engine.workflow.merge import merge
+from millrace_django.engine.workflow.plan import COMPENSATE, STEP, TIMEOUT, Plan, instance_job
+from millrace_django.engine.workflow.spec import ForEach, Recovery, Step
+from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
+
+type Operation = Callable[[Plan], bool]
+
+
+@job
+def run_node(instance_id: str, node: str, context: JobContext) -> None:
+    """Run the position this job holds: an activity, a compensation, a timer or a
+    signal's timeout."""
+    storage, clock = _environment(context)
+    instance = _live_instance(storage, instance_id)
+    if instance is None:
+        return
+    cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
+    entry = cursor["jobs"].get(str(context.job_id))
+    if entry is None:
+        return
+    workflow = _definition(instance)
+    if entry["kind"] == TIMEOUT:
+        _fire_timeout(storage, clock, UUID(entry["bookmark"]))
+        return
+    before = copy.deepcopy(instance.data)
+    after = before
+    if entry["kind"] in (STEP, COMPENSATE):
+        graph_node = workflow.graph.node(entry["node"])
+        spec = graph_node.spec
+        assert isinstance(spec, Step)
+        compensating = entry["kind"] == COMPENSATE
+        activity = spec.compensate if compensating else spec.activity
+        after = copy.deepcopy(instance.data)
+        if not isinstance(after, dict):
+            after = {}
+        activity_context = ActivityContext(
+            data=after,
+            instance_id=instance.id,
+            node_id=graph_node.id,
+            definition_id=instance.definition_id,
+            version=instance.definition_version,
+            loop_index=entry["loop"],
+            compensating=compensating,
+            job=context,
+            items=_items_of(workflow, graph_node.frame),
+        )
+        call_activity(activity, activity_context)
+        after = check_document(
+            activity_context.data, f"{'compensation' if compensating else 'step'} {node!r}"
+        )
+    job_id = context.job_id
+    _settle(
+        context, storage, clock, workflow, instance, before, after, lambda p: p.complete(job_id)
+    )
+
+
+@job
+def resume(
+    instance_id: str, bookmark_id: str, payload: JSON, timed_out: bool, context: JobContext
+) -> None:
+    """Carry a consumed bookmark into the instance: bind the payload and go on (or take
+    the timeout path)."""
+    storage, clock = _environment(context)
+    instance = _live_instance(storage, instance_id)
+    if instance is None:
+        return
+    data = copy.deepcopy(instance.data)
+    _settle(
+        context,
+        storage,
+        clock,
+        _definition(instance),
+        instance,
+        data,
+        data,
+        lambda p: p.resume(bookmark_id, payload, timed_out),
+    )
+
+
+@job
+def handle_failure(instance_id: str, job_id: str, context: JobContext) -> None:
+    """A workflow job died: apply its step's failure policy (unwind the saga, suspend,
+    or fail the instance)."""
+    storage, clock = _environment(context)
+    instance = _live_instance(storage, instance_id)
+    if instance is None:
+        return
+    dead = storage.get_job(UUID(job_id))
+    error = dead.last_error if dead is not None else None
+    try:
+        workflow = _definition(instance)
+    except UnknownWorkflow as missing:
+        _fail_undefined(context, instance, f"{missing}\n\nThe job that died:\n{error}")
+        return
+    operation: Operation
+    if dead is not None and dead.invocation.target == targets.RESUME:
+        bookmark_id = str(dead.invocation.args[1])
+        operation = lambda p: p.fail_resume(bookmark_id, error)  # noqa: E731
+    else:
+        operation = lambda p: p.fail(job_id, error)  # noqa: E731
+    data = copy.deepcopy(instance.data)
+    _settle(context, storage, clock, workflow, instance, data, data, operation)
+
+
+@job
+def recover(instance_id: str, action: str, stuck_job: str, context: JobContext) -> None:
+    """An operator's recovery of a suspended instance (retry, skip or abandon)."""
+    storage, clock = _environment(context)
+    instance = _live_instance(storage, instance_id)
+    if instance is None:
+        return
+    choice = Recovery(action)
+    data = copy.deepcopy(instance.data)
+    _settle(
+        context,
+        storage,
+        clock,
+        _definition(instance),
+        instance,
+        data,
+        data,
+        lambda p: p.recover(choice, stuck_job),
+    )
+
+
+# -- inside ---------------------------------------------------------------------------
+
+
+def _settle(
+    context: JobContext,
+    storage: WorkflowStore,
+    clock: Clock,
+    workflow: Workflow,
+    first: WorkflowInstanceRecord,
+    before: JSON,
+    after: JSON,
+    operation: Operation,
+) -> None:
+    """Plan ``operation`` on ``first`` and hand the result to the worker; a re-plan on
+    the stored instance is attached for when another checkpoint wins the race."""
+    instance_id = first.id
+
+    def plan(instance: WorkflowInstanceRecord | None) -> SideEffects:
+        if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
+            return SideEffects()
+        data = merge(before, after, instance.data)
+        planned = Plan(workflow, instance, data if isinstance(data, dict) else {}, clock)
+        if not operation(planned):
+            return SideEffects()
+        record = planned.finish()
+        return SideEffects(
+            enqueue=tuple(planned.jobs),
+            checkpoint=WorkflowCheckpoint(instance=record, expected_revision=instance.revision),
+            bookmarks=tuple(planned.bookmarks),
+            remerge=lambda: plan(storage.get_instance(instance_id)),
+        )
+
+    context.ride_on_success(plan(first))
+
+
+def _fail_undefined(context: JobContext, instance: WorkflowInstanceRecord, error: str) -> None:
+    """Without its definition nothing can be routed: the instance fails, saying why."""
+    cursor: dict[str, Any] = copy.deepcopy(instance.cursor)  # type: ignore[arg-type]
+    cursor.update(jobs={}, waits={}, frames={}, stuck={}, error={"node": None, "error": error})
+    record = replace(
+        instance,
+        state=InstanceState.FAILED,
+        cursor=cursor,
+        updated_at=context.clock.now(),
+    )
+    checkpoint = WorkflowCheckpoint(instance=record, expected_revision=instance.revision)
+    context.ride_on_success(SideEffects(checkpoint=checkpoint))
+
+
+def _fire_timeout(storage: WorkflowStore, clock: Clock, bookmark_id: UUID) -> None:
+    """Consume the wait's bookmark unless its signal did first; the winner resumes."""
+    storage.consume_bookmark_by_id(
+        bookmark_id, lambda bookmark: resume_jobs(storage, clock, bookmark, None, timed_out=True)
+    )
+
+
+def resume_jobs(
+    storage: WorkflowStore,
+    clock: Clock,
+    bookmark: BookmarkRecord,
+    payload: JSON,
+    *,
+    timed_out: bool,
+    check: Callable[[WorkflowInstanceRecord, dict[str, Any]], None] | None = None,
+) -> list[JobRecord]:
+    """The job resuming the wait ``bookmark`` (its id is the bookmark's), or nothing if
+    the instance no longer waits there. ``check`` may refuse (raise) before anything is
+    built. Called inside the consuming atom."""
+    instance = storage.get_instance(bookmark.instance_id)
+    if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
+        return []
+    cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
+    wait = cursor.get("waits", {}).get(str(bookmark.id))
+    if wait is None:
+        return []
+    if check is not None:
+        check(instance, wait)
+    return [
+        instance_job(
+            instance,
+            cursor,
+            bookmark.id,
+            targets.RESUME,
+            (str(instance.id), str(bookmark.id), payload, timed_out),
+            node=wait["node"],
+            now=clock.now(),
+        )
+    ]
+
+
+def _environment(context: JobContext) -> tuple[WorkflowStore, Clock]:
+    storage = context.storage if context.storage is not None else default_client().storage
+    return workflow_store(storage), context.clock
+
+
+def _live_instance(storage: WorkflowStore, instance_id: str) -> WorkflowInstanceRecord | None:
+    instance = storage.get_instance(UUID(instance_id))
+    if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
+        return None
+    if not isinstance(instance.cursor, dict):
+        return None
+    return instance
+
+
+def _definition(instance: WorkflowInstanceRecord) -> Workflow:
+    cursor = instance.cursor if isinstance(instance.cursor, dict) else {}
+    module = cursor.get("module")
+    return find(
+        instance.definition_id,
+        instance.definition_version,
+        module if isinstance(module, str) else None,
+    )
+
+
+def _items_of(workflow: Workflow, frame: str | None) -> Any:
+    """The collection selector of the innermost ForEach around a node, if any."""
+    while frame is not None:
+        owner = workflow.graph.nodes[frame]
+        if isinstance(owner.spec, ForEach):
+            return owner.spec.items
+        frame = owner.frame
+    return None
+
+
+def _check_targets() -> None:
+    for function, target in (
+        (run_node, targets.RUN),
+        (resume, targets.RESUME),
+        (handle_failure, targets.FAIL),
+        (recover, targets.RECOVER),
+    ):
+        assert function.target == target, (function.target, target)
+
+
+_check_targets()
