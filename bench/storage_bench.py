@@ -315,8 +315,17 @@ def _trace_messages(trace: str) -> list[tuple[str, str, str]]:
 
 
 def _wire_label(body: str) -> str:
-    """``BEGIN``, ``COMMIT`` or the first words of a statement, from a traced message."""
+    """``BEGIN``, ``COMMIT`` or the first words of each statement of a traced message."""
+    statements = [part for part in body.strip().strip('"').split(";") if part.strip()]
+    if len(statements) > 1:
+        return "; ".join(_statement_words(part) for part in statements)
+    return _statement_words(body)
+
+
+def _statement_words(body: str) -> str:
     words = body.replace('"', " ").replace("(", " ").split()
+    if words[:2] == ["SET", "LOCAL"] and len(words) > 2:
+        return f"SET LOCAL {words[2]}"
     if words and words[0].upper() == "SELECT" and len(words) > 1:
         return f"SELECT {words[1]}"
     if words and words[0].upper() in ("WITH", "INSERT", "UPDATE", "DELETE") and len(words) > 2:
@@ -328,6 +337,9 @@ def statement_label(sql: str) -> str:
     text = " ".join(sql.split())
     if text.startswith("SELECT set_config"):
         return "set_config(statement_timeout)"
+    if text.startswith("SELECT FROM") and "FOR UPDATE;" in text:
+        text = text[text.index("FOR UPDATE;") + len("FOR UPDATE;") :].strip()
+        return "lock parents; " + text[:56] + ("..." if len(text) > 56 else "")
     return text[:70] + ("..." if len(text) > 70 else "")
 
 
@@ -770,7 +782,7 @@ def judge(report: Report) -> None:
         worst = max(len(hot(p)) for p in claims)
         target(
             "a batch claim in one statement (PostgreSQL)",
-            ", ".join(f"{p.call}: {len(hot(p))} + set_config" for p in claims),
+            ", ".join(f"{p.call}: {cost(p)}" for p in claims),
             worst == 1,
         )
     applies = [
@@ -780,7 +792,7 @@ def judge(report: Report) -> None:
         fenced = report.fence_check["outcomes"] == report.fence_check["expected"]
         target(
             "apply_many of plain successes in one set-based statement, each fenced",
-            ", ".join(f"{p.call}: {len(hot(p))} + set_config" for p in applies)
+            ", ".join(f"{p.call}: {cost(p)}" for p in applies)
             + "; one stale of 16: "
             + ("only it lost" if fenced else str(report.fence_check["outcomes"])),
             max(len(hot(p)) for p in applies) == 1 and fenced,
@@ -808,7 +820,14 @@ def judge(report: Report) -> None:
 
 
 def hot(p: Profile) -> list[str]:
+    """The statements of a call but the ``set_config(statement_timeout)`` a transaction
+    starts with where the statement timeout cannot travel with the statement."""
     return [s for s in p.statements if not s.lstrip().startswith("SELECT set_config")]
+
+
+def cost(p: Profile) -> str:
+    extra = len(p.statements) - len(hot(p))
+    return f"{len(hot(p))} stmt" + (" + set_config" if extra else "") + f", {p.round_trips} rt"
 
 
 def print_report(report: Report, out: Any) -> None:

@@ -52,10 +52,12 @@ from millrace_django.contract import (
     RetrySpec,
 )
 from millrace_django.engine import (
+    CancelReason,
     InvalidJobArguments,
     InvalidRetry,
     JobClient,
     JobContext,
+    JobTimedOut,
     Retry,
     UnknownQueue,
     UnresolvableTarget,
@@ -373,16 +375,18 @@ class _Run:
             raise
         except BaseException as error:
             path = attempts.class_path(type(error))
-            self.context.log(attempts.raised_line(self.context.attempt, path))
-            if result is not None and sender is not None:
-                self._finish_failed(details, result, path, error)
+            if self.context.cancel_reason is None:  # else the cancellation decides
+                self.context.log(attempts.raised_line(self.context.attempt, path))
+            if (
+                result is not None
+                and sender is not None
+                and self._finish(details, result, failure=(path, error))
+            ):
                 task_finished.send_robust(sender=sender, task_result=result)
             raise
         assert result is not None and sender is not None
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-        object.__setattr__(result, "finished_at", _local(self.client.clock.now()))
-        object.__setattr__(result, "_return_value", value)
-        task_finished.send_robust(sender=sender, task_result=result)
+        if self._finish(details, result, value=value):
+            task_finished.send_robust(sender=sender, task_result=result)
         return value
 
     def _record_start(self) -> tuple[JobDetails, JobLogLine]:
@@ -409,23 +413,56 @@ class _Run:
             raise ClaimLost(f"job {job_id} attempt {attempt} is no longer claimed here")
         return details, start
 
-    def _finish_failed(
+    def _finish(
         self,
         details: JobDetails,
         result: TaskResult[Any, Any],
-        path: str,
-        error: BaseException,
-    ) -> None:
-        """Mark ``result`` as Millrace will: FAILED when no retry is left, else READY."""
-        result.errors.append(
-            TaskError(exception_class_path=path, traceback="".join(format_exception(error)))
-        )
-        final = next_delay(details.retry, details.summary.failures + 1) is None
-        object.__setattr__(
-            result, "status", TaskResultStatus.FAILED if final else TaskResultStatus.READY
-        )
-        if final:
-            object.__setattr__(result, "finished_at", _local(self.client.clock.now()))
+        *,
+        value: Any = None,
+        failure: tuple[str, BaseException] | None = None,
+    ) -> bool:
+        """Make ``result`` say what Millrace will record for this attempt (the
+        worker's cancellation wins over what the task did, as in the engine); ``False``
+        when another worker owns the job now, so this attempt ends without a verdict."""
+        reason = self.context.cancel_reason
+        now = _local(self.client.clock.now())
+        if reason in (CancelReason.LEASE_LOST, CancelReason.SUPERSEDED):
+            return False
+        if reason is CancelReason.SHUTDOWN:  # released: it runs again, no failure spent
+            object.__setattr__(result, "status", TaskResultStatus.READY)
+            return True
+        if reason is CancelReason.REQUESTED:
+            result.errors.append(
+                TaskError(
+                    exception_class_path=attempts.CANCELLED_PATH, traceback="Cancelled by request."
+                )
+            )
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", now)
+            return True
+        if reason is CancelReason.TIMEOUT or failure is not None:
+            if failure is None or reason is CancelReason.TIMEOUT:
+                timed_out = JobTimedOut(details.timeout or timedelta(0))
+                error = TaskError(
+                    exception_class_path=attempts.TIMED_OUT_PATH, traceback=str(timed_out)
+                )
+            else:
+                path, raised = failure
+                error = TaskError(
+                    exception_class_path=path, traceback="".join(format_exception(raised))
+                )
+            result.errors.append(error)
+            final = next_delay(details.retry, details.summary.failures + 1) is None
+            object.__setattr__(
+                result, "status", TaskResultStatus.FAILED if final else TaskResultStatus.READY
+            )
+            if final:
+                object.__setattr__(result, "finished_at", now)
+            return True
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "finished_at", now)
+        object.__setattr__(result, "_return_value", value)
+        return True
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -78,6 +78,8 @@ cat <<MSG
                              (user admin, password admin)
   - the worker's log:        .tmp/demo-worker.log   (the server's: .tmp/demo-server.log)
   - the samples' states:     .venv/bin/python manage.py millrace_demo_status
+  - approve the waiting order (the order-approval workflow, testproject/workflows.py):
+      .venv/bin/python manage.py shell -c "from testproject.workflows import approve; print(approve('demo-waiting'))"
   - stop with Ctrl-C
 
 MSG

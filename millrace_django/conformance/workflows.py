@@ -32,6 +32,7 @@ from millrace_django.contract import (
     InstanceState,
     JobRecord,
     JobState,
+    JobTransition,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -53,6 +54,13 @@ def _consume(
     store: StoreUnderTest, signal: str, correlation: str, resume: _Resume | None = None
 ) -> BookmarkRecord | None:
     return store.workflows.consume_bookmark(signal, correlation, resume)
+
+
+def _checkpoint_or_conflict(store: StoreUnderTest, transition: JobTransition) -> bool | str:
+    try:
+        return store.jobs.apply(transition)
+    except ConcurrencyConflict:
+        return "conflict"
 
 
 def _resume_with(jobs: Sequence[JobRecord]) -> _Resume:
@@ -553,22 +561,15 @@ class WorkflowStorageFacts(FactGroup):
                 instance=with_fields(instance, data={"step": 2}), expected_revision=1
             )
 
-            def complete(
-                claimed: JobRecord = claimed,
-                checkpoint: WorkflowCheckpoint = checkpoint,
-                follower: JobRecord = follower,
-            ) -> bool | str:
-                try:
-                    return store.jobs.apply(
-                        succeed(claimed, clock, checkpoint=checkpoint, enqueue=[follower])
-                    )
-                except ConcurrencyConflict:
-                    return "conflict"
-
-            checkpointed, cancelled = race(
-                store,
-                [complete, partial(store.workflows.cancel_instance, instance.id)],
-            )
+            racers: list[Callable[[], bool | str]] = [
+                partial(
+                    _checkpoint_or_conflict,
+                    store,
+                    succeed(claimed, clock, checkpoint=checkpoint, enqueue=[follower]),
+                ),
+                partial(store.workflows.cancel_instance, instance.id),
+            ]
+            checkpointed, cancelled = race(store, racers)
             assert cancelled is True
             assert stored_instance(store, instance.id).state is InstanceState.CANCELLED
             follower_stored = store.jobs.get_job(follower.id)

@@ -202,6 +202,8 @@ def bulk(act: Callable[[Any], Outcome], targets: Iterable[Any], noun: str) -> Ou
         " ".join(parts),
         {
             "done": [str(t) for t in done],
-            "refused": [{"id": str(t), "reason": o.message, "status": o.status} for t, o in refused],
+            "refused": [
+                {"id": str(t), "reason": o.message, "status": o.status} for t, o in refused
+            ],
         },
     )

@@ -73,7 +73,7 @@ def throughput_chart(points: Sequence[ThroughputPoint]) -> SafeString:
         failed_height = (height - pad) * point.failed / largest
         columns.append(
             format_html(
-                '<g><title>{}: {} succeeded, {} failed</title>'
+                "<g><title>{}: {} succeeded, {} failed</title>"
                 '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"></rect>'
                 '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"></rect></g>',
                 point.start.strftime("%H:%M"),

@@ -25,8 +25,9 @@ def _no_response(request: HttpRequest) -> HttpResponse:  # pragma: no cover - ne
     raise AssertionError("the CSRF check never calls through")
 
 
-def _csrf_view(request: HttpRequest) -> None:  # pragma: no cover - never called
+def _csrf_view(request: HttpRequest) -> HttpResponse:  # pragma: no cover - never called
     """The callback the CSRF check inspects (it carries no ``csrf_exempt``)."""
+    raise AssertionError("the CSRF check never calls through")
 
 
 _CSRF = CsrfViewMiddleware(_no_response)

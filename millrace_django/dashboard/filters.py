@@ -12,7 +12,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-import django_filters
+import django_filters  # type: ignore[import-untyped]
 from django import forms
 from django.http import QueryDict
 
@@ -40,7 +40,7 @@ class _Unqueried:
         return self
 
 
-class IntegerFilter(django_filters.NumberFilter):
+class IntegerFilter(django_filters.NumberFilter):  # type: ignore[misc]
     field_class = forms.IntegerField
 
 
@@ -64,7 +64,7 @@ def _created_range() -> tuple[django_filters.IsoDateTimeFilter, django_filters.I
     )
 
 
-class ReadModelFilterSet(django_filters.FilterSet):
+class ReadModelFilterSet(django_filters.FilterSet):  # type: ignore[misc]
     """A filter set whose result is a read-model query (``query()``), not a queryset.
 
     Call :meth:`is_valid` first; ``form.errors`` says what was wrong.

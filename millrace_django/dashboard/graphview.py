@@ -62,7 +62,9 @@ def _label(node: Mapping[str, Any]) -> str:
     return kind
 
 
-def layout(graph: Mapping[str, Any], position: Position | None) -> tuple[list[PlacedNode], float, float]:
+def layout(
+    graph: Mapping[str, Any], position: Position | None
+) -> tuple[list[PlacedNode], float, float]:
     """Place every node; returns the nodes and the drawing's width and height."""
     nodes: Sequence[Mapping[str, Any]] = graph.get("nodes", [])
     edges: Sequence[Mapping[str, Any]] = graph.get("edges", [])

@@ -273,7 +273,13 @@ def _query(name: str, description: str, schema: Schema, *, repeat: bool = False)
 
 
 def _path(name: str, schema: Schema, description: str = "") -> Schema:
-    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema,
+        "description": description,
+    }
 
 
 TENANT = [
@@ -344,8 +350,10 @@ PATHS: Schema = {
         ],
     ),
     "/jobs/{id}": {
-        **_get("One job with its arguments, result, error, attempts, progress and logs",
-               _json(_ref("JobDetails"), "the job")),
+        **_get(
+            "One job with its arguments, result, error, attempts, progress and logs",
+            _json(_ref("JobDetails"), "the job"),
+        ),
         "parameters": [_path("id", UUID_SCHEMA)],
     },
     "/jobs/{id}/{action}": {

@@ -1,7 +1,7 @@
 """The dashboard's URLs; mount them before the admin's::
 
-    path("admin/millrace/", include("millrace_django.dashboard.urls")),
-    path("admin/", admin.site.urls),
+path("admin/millrace/", include("millrace_django.dashboard.urls")),
+path("admin/", admin.site.urls),
 """
 
 from __future__ import annotations

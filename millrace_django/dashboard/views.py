@@ -147,7 +147,8 @@ def _listing[T](
         problem = "Some filters are invalid; fix them and apply again."
         if paging.errors:
             problem = "Invalid paging parameters: " + "; ".join(
-                f"{field}: {' '.join(errors)}" for field, errors in paging.errors.items()
+                f"{field}: {' '.join(str(e) for e in errors)}"
+                for field, errors in paging.errors.items()
             )
         return Listing(filterset, [], None, None, problem, 400)
     cursor, limit = paging.page(PAGE_SIZE)
@@ -187,7 +188,11 @@ def overview(request: HttpRequest) -> HttpResponse:
     stats = services.monitoring().get_statistics(tenant)
     tenant_query = _tenant_query(tenant)
     job_states = [
-        (state.value, stats.jobs_by_state.get(state, 0), _jobs_url(state=state.value, **tenant_query))
+        (
+            state.value,
+            stats.jobs_by_state.get(state, 0),
+            _jobs_url(state=state.value, **tenant_query),
+        )
         for state in JobState
     ]
     instance_states = [
@@ -262,7 +267,9 @@ def _queue_rows(depths: Any) -> list[QueueRow]:
 
 @guarded(Permission.VIEW_JOBS)
 def jobs(request: HttpRequest) -> HttpResponse:
-    listing: Listing[Any] = _listing(request, JobFilter(request.GET), services.monitoring().query_jobs)
+    listing: Listing[Any] = _listing(
+        request, JobFilter(request.GET), services.monitoring().query_jobs
+    )
     return page(
         request,
         "jobs.html",
@@ -306,11 +313,15 @@ def _timeline(details: JobDetails) -> list[TimelineEntry]:
         worker = f" on {summary.worker_id}" if summary.worker_id else ""
         until = details.lease_until or summary.created_at
         entries.append(
-            TimelineEntry(until, f"Attempt {summary.attempt} running{worker} (lease until)", None, "info")
+            TimelineEntry(
+                until, f"Attempt {summary.attempt} running{worker} (lease until)", None, "info"
+            )
         )
     if summary.finished_at is not None:
         tone = {"succeeded": "success", "dead": "error"}.get(summary.state.value, "info")
-        entries.append(TimelineEntry(summary.finished_at, f"Finished: {summary.state.value}", None, tone))
+        entries.append(
+            TimelineEntry(summary.finished_at, f"Finished: {summary.state.value}", None, tone)
+        )
     entries.sort(key=lambda entry: entry.at)
     return entries
 
@@ -414,7 +425,9 @@ def recurring(request: HttpRequest) -> HttpResponse:
         RecurringRow(
             item=item,
             next_local=_in_zone(item.next_fire_time, item.timezone),
-            last_local=_in_zone(item.last_fire_time, item.timezone) if item.last_fire_time else None,
+            last_local=_in_zone(item.last_fire_time, item.timezone)
+            if item.last_fire_time
+            else None,
             overdue=item.next_fire_time <= now,
         )
         for item in listing.items
@@ -502,9 +515,7 @@ def instance_action(request: HttpRequest, instance_id: UUID, action: str) -> Htt
             job_id = UUID(request.POST["job_id"])
         except ValueError:
             messages.error(request, "Nothing was done: job_id is not a job id.")
-            return HttpResponseRedirect(
-                reverse("millrace_dashboard:instance", args=[instance_id])
-            )
+            return HttpResponseRedirect(reverse("millrace_dashboard:instance", args=[instance_id]))
     _report(request, actions.act_on_instance(instance_id, action, job_id))
     return HttpResponseRedirect(
         _next_url(request, reverse("millrace_dashboard:instance", args=[instance_id]))
@@ -552,7 +563,9 @@ def signals(request: HttpRequest) -> HttpResponse:
             status = 400
     else:
         form = SignalForm(initial=request.GET.dict())
-    return page(request, "signals.html", "Send a signal", {"form": form}, section="signals", status=status)
+    return page(
+        request, "signals.html", "Send a signal", {"form": form}, section="signals", status=status
+    )
 
 
 # -- queues and workers ---------------------------------------------------------------------

@@ -186,4 +186,6 @@ def problem(status: int, title: str, detail: str | None = None, **extra: Any) ->
 def form_errors(errors: Mapping[str, Any], rename: Mapping[str, str]) -> dict[str, list[str]]:
     """A form's errors keyed by the API's parameter names."""
     back = {form: api for api, form in rename.items()}
-    return {back.get(field, field): [str(e) for e in messages] for field, messages in errors.items()}
+    return {
+        back.get(field, field): [str(e) for e in messages] for field, messages in errors.items()
+    }

@@ -11,7 +11,8 @@ from millrace_django import jobs
 from millrace_django.conf import get_settings
 from millrace_django.contract import JobState
 from millrace_django.engine import JobDefinition
-from millrace_django.models import JOB_STATES, Job, Recurring
+from millrace_django.models import JOB_STATES, Bookmark, Job, Recurring, WorkflowInstance
+from testproject import workflows as order_workflows
 from testproject.sample import jobs as sample
 
 RECURRING_ID = "demo-tick"
@@ -21,10 +22,13 @@ REPORT_SECONDS = 120.0
 
 
 def forget_everything() -> None:
-    """Delete every job (with its history) and recurring definition: a fresh demo."""
+    """Delete every job (with its history), recurring definition and workflow instance
+    (with its waits): a fresh demo."""
     database = get_settings().database
     Job.objects.using(database).all().delete()
     Recurring.objects.using(database).all().delete()
+    WorkflowInstance.objects.using(database).all().delete()
+    Bookmark.objects.using(database).all().delete()
 
 
 def enqueue_samples() -> dict[str, object]:
@@ -47,6 +51,8 @@ def enqueue_samples() -> dict[str, object]:
     created["cancellable long job"] = report
     sample.cancel_job.schedule(str(report), delay=CANCEL_AFTER)
     created["async"] = sample.fetch_rates.enqueue("EUR")
+    orders = order_workflows.start_demo()  # see testproject/workflows.py
+    created["workflow"] = ", ".join(f"{order} {instance}" for order, instance in orders.items())
     return created
 
 
@@ -69,6 +75,7 @@ EXPECTED = (
     Expectation(sample.long_report, JobState.CANCELLED),
     Expectation(sample.cancel_job, JobState.SUCCEEDED),
     Expectation(sample.fetch_rates, JobState.SUCCEEDED),
+    Expectation(order_workflows.auto_approve, JobState.SUCCEEDED),
 )
 
 PENDING = frozenset(

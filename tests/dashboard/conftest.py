@@ -33,8 +33,12 @@ def world(runner: JobRunner) -> World:
     return seed(runner)
 
 
-def _user(username: str, *, staff: bool = True, superuser: bool = False, perms: tuple[str, ...] = ()) -> User:
-    user = User.objects.create_user(username, password="secret", is_staff=staff, is_superuser=superuser)
+def _user(
+    username: str, *, staff: bool = True, superuser: bool = False, perms: tuple[str, ...] = ()
+) -> User:
+    user = User.objects.create_user(
+        username, password="secret", is_staff=staff, is_superuser=superuser
+    )
     for codename in perms:
         user.user_permissions.add(
             Permission.objects.get(content_type__app_label="millrace_django", codename=codename)

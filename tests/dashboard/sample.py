@@ -10,7 +10,13 @@ from uuid import UUID
 from millrace_django import JobContext, Retry, job, tenant
 from millrace_django.clock import FakeClock
 from millrace_django.contract import ClaimRequest, JobState
-from millrace_django.engine.workflow import ActivityContext, OnFailure, Step, WaitForSignal, Workflow
+from millrace_django.engine.workflow import (
+    ActivityContext,
+    OnFailure,
+    Step,
+    WaitForSignal,
+    Workflow,
+)
 from millrace_django.testing import JobRunner
 
 WORKER = "worker-7@host-a"
@@ -127,7 +133,7 @@ def seed(runner: JobRunner) -> World:
     awaiting = client.continue_with(parent, send_welcome, 10)
     with tenant("acme"):
         tenanted = client.enqueue(send_welcome, 11)
-    fired = [j for j in runner.jobs() if j.recurring_id == "nightly-cleanup"][0].id
+    fired = next(j for j in runner.jobs() if j.recurring_id == "nightly-cleanup").id
     world = World(
         succeeded=succeeded,
         dead=dead,

@@ -92,7 +92,10 @@ def test_the_policy_is_asked_even_for_superusers(operator: Client, world: World,
 def test_a_dotted_path_policy_is_imported(operator: Client, settings):
     settings.MILLRACE_DASHBOARD = {"AUTHORIZE": "tests.dashboard.test_authorization.only_ops"}
     assert operator.get(reverse("millrace_dashboard:overview")).status_code == 404
-    assert operator.get(reverse("millrace_dashboard:overview"), headers={"X-Ops": "1"}).status_code == 200
+    assert (
+        operator.get(reverse("millrace_dashboard:overview"), headers={"X-Ops": "1"}).status_code
+        == 200
+    )
 
 
 def only_ops(request) -> bool:

@@ -54,7 +54,11 @@ def test_unknown_keys_and_bad_policies_are_reported(settings):
 
 
 def test_manage_py_check_fails_without_a_policy_when_debug_is_off():
-    environment = {**os.environ, "DJANGO_DEBUG": "0", "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    environment = {
+        **os.environ,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+    }
     done = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=REPO,

@@ -17,9 +17,7 @@ def html(client: Client, name: str, *args: object, query: str = "") -> str:
 
 
 def card(page: str, state: str) -> int:
-    match = re.search(
-        rf'data-state="{state}"><a [^>]*><span class="mr-n">(\d+)</span>', page, re.S
-    )
+    match = re.search(rf'data-state="{state}"><a [^>]*><span class="mr-n">(\d+)</span>', page, re.S)
     assert match, state
     return int(match.group(1))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -73,6 +74,11 @@ with override_settings(TASKS=TASKS):
         """Notes that it ran (in this process's :data:`RUN_ORDER`)."""
         RUN_ORDER.append(label)
         return label
+
+    @task(timeout=0.2, max_attempts=1)
+    def sleepy(seconds: float) -> str:
+        time.sleep(seconds)
+        return "woke up"
 
     @task
     def returns_a_set() -> Any:

@@ -21,7 +21,7 @@ from django.test import override_settings
 
 from millrace_django import Retry, job
 from millrace_django.contract import JobState
-from millrace_django.engine import default_client
+from millrace_django.engine import JobCancelled, default_client
 from millrace_django.tasks_backend import RUN_TASK_TARGET, MillraceBackend, MillraceTask
 from millrace_django.testing import RUNNER_ID, JobRunner
 from tests.tasks import tasks_under_test as t
@@ -173,6 +173,16 @@ def test_a_return_value_json_cannot_store_fails_the_attempt(runner: JobRunner) -
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[0].exception_class is TypeError
+
+
+def test_a_cancelled_task_is_failed_with_job_cancelled(runner: JobRunner) -> None:
+    result = t.add.enqueue(1, 2)
+    assert default_client().cancel(UUID(result.id))  # Millrace's API; Django has none
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in result.errors] == [JobCancelled]
+    assert result.finished_at == runner.clock.now()
+    assert result.worker_ids == []
 
 
 # -- ordering and deferral ----------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.tasks import task_backends
+from django.tasks.checks import check_tasks
 from django.test import override_settings
 
 from millrace_django import Retry
@@ -23,12 +24,15 @@ def ids(tasks: dict[str, Any], **overrides: Any) -> list[str]:
         return [message.id or "" for message in task_backends["default"].check()]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(databases="__all__")  # the checks look at every database
 def test_the_sample_project_passes_the_system_checks_with_millrace_as_default() -> None:
-    with override_settings(TASKS={"default": {"BACKEND": BACKEND}}):
+    # DEBUG as the sample project runs (pytest-django turns it off)
+    with override_settings(TASKS={"default": {"BACKEND": BACKEND}}, DEBUG=True):
+        assert list(check_tasks()) == []
         call_command("check", stdout=StringIO())  # raises SystemCheckError on any error
     out = StringIO()
-    with override_settings(TASKS=SAMPLE_TASKS):
+    with override_settings(TASKS=SAMPLE_TASKS, DEBUG=True):
+        assert list(check_tasks()) == []
         call_command("check", "--fail-level=WARNING", stdout=out)
     assert "no issues" in out.getvalue()
 

@@ -20,6 +20,7 @@ from django.test import override_settings
 
 from millrace_django import wiring
 from millrace_django.conf import get_settings
+from millrace_django.engine import JobTimedOut
 from millrace_django.management.support import connection_hooks
 from millrace_django.runtime import Scheduler, Worker
 from tests.tasks import tasks_under_test as t
@@ -97,6 +98,17 @@ def test_retries_are_read_back_between_and_after_attempts() -> None:
     assert result.return_value["attempt"] == 2
     assert result.attempts == 2
     assert [e.exception_class for e in result.errors] == [t.FlakyError]
+
+
+def test_a_task_running_past_its_timeout_fails_with_job_timed_out(signals: Signals) -> None:
+    result = t.sleepy.enqueue(0.6)  # the worker looks at deadlines every 250 ms
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    (error,) = result.errors
+    assert error.exception_class is JobTimedOut
+    assert error.traceback == "Timed out after 0.2 seconds."
+    assert signals.of(result.id)[-1] == ("finished", "FAILED")
 
 
 def test_an_enqueue_commits_with_the_callers_transaction(signals: Signals) -> None:

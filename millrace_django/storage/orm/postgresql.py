@@ -127,14 +127,16 @@ _CLAIM_ONE_QUEUE = _CLAIM_SQL.format(ready=_READY_ONE_QUEUE, queue_test="queue =
 _CLAIM_QUEUES = _CLAIM_SQL.format(ready=_READY_QUEUES, queue_test="queue = ANY(%(queues)s)")
 
 # Fenced, set-based acknowledgement: a row moves only if it still matches its own
-# transition's (processing, worker, attempt). The rows are found by uuid (the ANY lets
-# the planner see how few they are, whatever it thinks of the processing ones).
+# transition's (processing, worker, attempt). Each row is found through the uuid index,
+# one probe per transition ("state + 0" keeps the planner from reading every processing
+# row through a state index instead, which costs as many rows as are in flight, and
+# which it prefers whenever its statistics say that few are).
 _COMPLETE_SQL = """
 UPDATE {jobs} AS j
 SET state = {succeeded}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
     failures = t.failures, finished_at = t.finished_at, result = t.result
 FROM (VALUES {rows}) AS t (uuid, worker_id, attempt, failures, finished_at, result, wake)
-WHERE j.uuid = ANY(%s::uuid[]) AND j.uuid = t.uuid AND j.state = {processing}
+WHERE j.uuid = t.uuid AND j.state + 0 = {processing}
   AND j.worker_id = t.worker_id AND j.attempt = t.attempt
 RETURNING j.uuid, t.wake
 """
@@ -408,7 +410,6 @@ class PostgresHotPath:
                 _JSON.get_db_prep_value(t.result, connection),
                 t.activate_continuations,
             ]
-        params.append([t.job_id for t in transitions])
         sql = _COMPLETE_SQL.format(
             jobs=_JOBS,
             succeeded=Code.SUCCEEDED,

@@ -1,0 +1,253 @@
+"""The PostgreSQL hot path's own cases, beyond what the kit reaches: a batch large enough
+to be copied in, the pre-lock that lets a batch acknowledgement wake continuations
+inserted concurrently, and single statements run in autocommit (bounded, leaving no
+setting behind).
+
+Configured by MILLRACE_TEST_POSTGRES_URL (``scripts/testdb.sh`` starts a throwaway server);
+skipped when unset, except in CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from functools import partial
+
+import psycopg
+import pytest
+from django.db import DatabaseError, connections, transaction
+
+from millrace_django.clock import FakeClock
+from millrace_django.conformance.support import claim, claim_new, make_job, race, succeed
+from millrace_django.contract import ClaimRequest, JobRecord, JobState
+from millrace_django.errors import DuplicateJobId
+from millrace_django.models import Job
+from millrace_django.storage.orm import DjangoStorage
+from millrace_django.storage.orm.postgresql import COPY_AT_LEAST
+from millrace_django.storage.orm.transactions import Transactions
+from millrace_django.storage.orm.vendors import PostgreSQL, vendor_for
+from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
+from tests.integration.notifications import HINT_SECONDS, store_on
+
+ALIAS = "postgres"
+require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, databases=[ALIAS])]
+
+LARGE = COPY_AT_LEAST + 7
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> Iterator[DjangoStoreUnderTest]:
+    with store_on(ALIAS, clock) as store:
+        yield store
+
+
+@pytest.fixture
+def storage(store: DjangoStoreUnderTest) -> DjangoStorage:
+    return store.jobs
+
+
+def _stored() -> int:
+    return Job.objects.using(ALIAS).count()
+
+
+def test_a_large_batch_is_stored_in_batch_order_and_announced(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    batch = [make_job(clock, queue="bulk", priority=0, timeout=timedelta(seconds=90))]
+    batch += [make_job(clock, queue="bulk") for _ in range(LARGE - 2)]
+    batch.append(make_job(clock, queue="later", state=JobState.SCHEDULED, due_at=clock.now()))
+    listener = storage.listen({"bulk"})
+    try:
+        assert storage.enqueue(batch) == [job.id for job in batch]
+        assert listener.wait(HINT_SECONDS)
+    finally:
+        listener.close()
+
+    assert storage.get_job(batch[0].id) == batch[0]
+    assert storage.get_job(batch[-1].id) == batch[-1]
+    claimed = storage.claim(
+        claim_request("w1", ["bulk"], LARGE),
+    )
+    assert [job.id for job in claimed] == [job.id for job in batch[:-1]]
+
+
+def test_a_stored_id_in_a_large_batch_raises_and_stores_nothing(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    stored = make_job(clock)
+    storage.enqueue([stored])
+    batch = [make_job(clock) for _ in range(LARGE)]
+    batch[LARGE // 2] = stored
+
+    with pytest.raises(DuplicateJobId) as raised:
+        storage.enqueue(batch)
+
+    assert raised.value.job_id == stored.id
+    assert _stored() == 1
+
+
+def test_a_stored_id_in_a_small_batch_raises_and_stores_nothing(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    stored = make_job(clock)
+    storage.enqueue([stored])
+    batch = [make_job(clock), stored, make_job(clock, idempotency_key="k")]
+
+    with pytest.raises(DuplicateJobId) as raised:
+        storage.enqueue(batch)
+
+    assert raised.value.job_id == stored.id
+    assert _stored() == 1
+
+
+def test_a_large_batch_inside_a_callers_transaction_rolls_back_with_it(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    batch = [make_job(clock) for _ in range(LARGE)]
+
+    with pytest.raises(RuntimeError), transaction.atomic(using=ALIAS):
+        storage.enqueue(batch)
+        raise RuntimeError("the caller changed its mind")
+
+    assert _stored() == 0
+
+
+def test_held_keys_answer_their_holders_and_the_rest_is_inserted(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    tenanted = make_job(clock, idempotency_key="k", tenant_id="t")
+    untenanted = make_job(clock, idempotency_key="k")
+    storage.enqueue([tenanted, untenanted])
+    batch = [
+        make_job(clock, idempotency_key="k", tenant_id="t"),
+        make_job(clock),
+        make_job(clock, idempotency_key="k"),
+        make_job(clock, idempotency_key="k", tenant_id="other"),
+    ]
+
+    assert storage.enqueue(batch) == [tenanted.id, batch[1].id, untenanted.id, batch[3].id]
+    assert _stored() == 4
+
+
+def test_acknowledgements_waking_continuations_race_awaiting_inserts_safely(
+    store: DjangoStoreUnderTest, storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """Children inserted while their parents' batch acknowledgement runs all end enqueued."""
+    for round_no in range(4):
+        parents = [claim_new(store, clock, "parents") for _ in range(3)]
+        queue = f"children-{round_no}"
+        children = [
+            [
+                make_job(clock, queue=queue, state=JobState.AWAITING, parent_id=parent.id)
+                for parent in parents
+            ]
+            for _ in range(4)
+        ]
+
+        def insert(batch: list[JobRecord]) -> bool:
+            for child in batch:
+                assert storage.enqueue([child]) == [child.id]
+            return True
+
+        acknowledge = partial(
+            storage.apply_many,
+            [succeed(parent, clock, activate_continuations=True) for parent in parents],
+        )
+        actions: list[Callable[[], object]] = [partial(insert, batch) for batch in children]
+        actions.insert(round_no % (len(children) + 1), acknowledge)
+
+        race(store, actions)
+
+        for batch in children:
+            for child in batch:
+                job = storage.get_job(child.id)
+                assert job is not None and job.state is JobState.ENQUEUED, job
+        assert len(claim(store, "w2", queues=[queue], max_count=100)) == 12
+
+
+def test_a_statement_in_autocommit_is_bounded_and_leaves_no_setting_behind() -> None:
+    connection = connections[ALIAS]
+    tx = Transactions(ALIAS, vendor_for(connection), statement_timeout=timedelta(seconds=0.2))
+
+    def slow() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(2)")
+
+    with pytest.raises(DatabaseError):
+        tx.write(slow, one_statement=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        (setting,) = cursor.fetchone() or ("?",)
+    assert setting == "0", "the storage's bound leaked into the session"
+    assert connection.get_autocommit() and not connection.in_atomic_block
+
+
+@pytest.mark.parametrize("client_binding", [True, False])
+def test_statements_are_bounded_whether_or_not_a_message_can_carry_two(
+    client_binding: bool,
+) -> None:
+    connection = connections[ALIAS]
+    vendor = PostgreSQL(client_binding=client_binding)
+    tx = Transactions(ALIAS, vendor, statement_timeout=timedelta(seconds=0.2))
+
+    def slow() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.execute("SELECT pg_sleep(2)")
+
+    with pytest.raises(DatabaseError):
+        tx.write(slow)
+    with pytest.raises(DatabaseError):
+        tx.read(slow)
+
+
+def test_claim_acknowledge_and_enqueue_are_one_round_trip_each(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    job = make_job(clock)
+    storage.enqueue([make_job(clock)])  # the connection is open, its first queries done
+
+    with wire_messages() as sent:
+        storage.enqueue([job])
+        (claimed,) = storage.claim(claim_request("w1", ["default"], 1))
+        assert storage.apply_many([succeed(claimed, clock, activate_continuations=True)]) == [True]
+
+    assert len(sent) == 3, sent
+    assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
+
+
+@contextmanager
+def wire_messages() -> Iterator[list[str]]:
+    """The simple-query messages the storage's connection sends meanwhile (libpq trace):
+    each is one round trip; BEGIN and COMMIT would be messages of their own."""
+    connection = connections[ALIAS]
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    sent: list[str] = []
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(os.dup(trace.fileno()))  # libpq keeps (and never closes) its FILE*
+        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield sent
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        for line in trace.read().splitlines():
+            parts = line.split("\t")
+            if len(parts) >= 4 and parts[0] == "F" and parts[2].strip() in ("Query", "Sync"):
+                sent.append(parts[3].strip().strip('"'))
+
+
+def claim_request(worker: str, queues: list[str], count: int) -> ClaimRequest:
+    return ClaimRequest(
+        worker_id=worker, queues=frozenset(queues), max_count=count, lease=timedelta(minutes=5)
+    )
