@@ -18,7 +18,7 @@ stored priority, queue and ``run_after``. See ``docs/django-tasks.md``.
 from __future__ import annotations
 
 import inspect
-import logging
+import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
@@ -75,8 +75,6 @@ if TYPE_CHECKING:
 else:
     _TaskBase = Task
 
-logger = logging.getLogger(__name__)
-
 OPTION_NAMES = frozenset({"RETRY"})
 """Keys ``TASKS[alias]["OPTIONS"]`` accepts."""
 
@@ -105,7 +103,7 @@ class MillraceTask(_TaskBase):
 
     def __post_init__(self) -> None:
         timeout: object = self.timeout
-        if type(timeout) in (int, float):
+        if type(timeout) in (int, float) and math.isfinite(timeout):  # type: ignore[arg-type]
             object.__setattr__(self, "timeout", timedelta(seconds=timeout))  # type: ignore[arg-type]
         Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
 

@@ -128,6 +128,14 @@ MILLRACE = {
     "SHUTDOWN_TIMEOUT": 3,
 }
 
+# Django's own ``@task`` functions run on Millrace too (docs/django-tasks.md).
+TASKS = {
+    "default": {
+        "BACKEND": "millrace_django.tasks_backend.MillraceBackend",
+        "QUEUES": ["default", "emails", "reports"],
+    }
+}
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"

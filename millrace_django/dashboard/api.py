@@ -86,7 +86,10 @@ def _page[T](
 ) -> JsonResponse:
     paging = PagingForm(request.GET)
     if not filterset.is_valid() or not paging.is_valid():
-        errors = {**wire.form_errors(filterset.form.errors, RENAMED), **paging.errors}
+        errors = {
+            **wire.form_errors(filterset.form.errors, RENAMED),
+            **wire.form_errors(paging.errors, {}),
+        }
         return problem(400, "Invalid query parameters", errors=errors)
     cursor, limit = paging.page(0)
     try:
@@ -108,7 +111,8 @@ def info(request: HttpRequest) -> JsonResponse:
 def statistics(request: HttpRequest) -> JsonResponse:
     filterset = StatisticsFilter(_filter_data(request.GET))
     if not filterset.is_valid():
-        return problem(400, "Invalid query parameters", errors=dict(filterset.form.errors))
+        errors = wire.form_errors(filterset.form.errors, RENAMED)
+        return problem(400, "Invalid query parameters", errors=errors)
     stats = services.monitoring().get_statistics(filterset.tenant_filter())
     return JsonResponse(wire.statistics(stats))
 

@@ -12,6 +12,7 @@ from millrace_django.conf import get_settings
 from millrace_django.contract import JobState
 from millrace_django.engine import JobDefinition
 from millrace_django.models import JOB_STATES, Bookmark, Job, Recurring, WorkflowInstance
+from testproject import tasks as django_tasks
 from testproject import workflows as order_workflows
 from testproject.sample import jobs as sample
 
@@ -53,6 +54,8 @@ def enqueue_samples() -> dict[str, object]:
     created["async"] = sample.fetch_rates.enqueue("EUR")
     orders = order_workflows.start_demo()  # see testproject/workflows.py
     created["workflow"] = ", ".join(f"{order} {instance}" for order, instance in orders.items())
+    for shape, result in django_tasks.enqueue_samples().items():  # see testproject/tasks.py
+        created[f"django {shape}"] = result.id
     return created
 
 

@@ -172,4 +172,4 @@ class TestAdminIntegration:
     def test_pages_use_the_admin_frame(self, operator: Client, world: World):
         page = operator.get(reverse("millrace_dashboard:overview")).content.decode()
         assert 'id="header"' in page and "Django administration" in page
-        assert 'class="breadcrumbs"' in page and 'id="nav-sidebar"' in page
+        assert 'class="breadcrumbs"' in page and 'class="mr-tabs"' in page

@@ -1,22 +1,28 @@
-"""PostgreSQL's hot statements, hand-written: a batch claim in one statement and a batch
-acknowledgement in one statement (plus one to wake continuations, when asked; and one
-``pg_notify`` at the end of the transaction when that woke any).
+"""PostgreSQL's hot statements, hand-written: a batch claim, a batch acknowledgement (which
+also wakes continuations and announces them) and an enqueue (which also announces what it
+enqueued), each one statement, so each runs alone in autocommit: one round trip.
 
-Same contract as :class:`~millrace_django.storage.orm.hotpath.OrmHotPath`; table and
-column names come from the models, so the SQL follows the schema.
+Where the alias allows it, each is prepared once per database session (``PREPARE``, sent
+with its first ``EXECUTE``), so a call pays neither parsing nor planning; see
+:class:`PostgresHotPath`. Same contract as
+:class:`~millrace_django.storage.orm.hotpath.OrmHotPath`; table and column names come from
+the models, so the SQL follows the schema.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, connections
+from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import JSONField
 
 from millrace_django.contract import (
@@ -35,31 +41,64 @@ from millrace_django.storage.orm.hotpath import OrmHotPath
 from millrace_django.storage.orm.rows import active_scope, job_record_of, job_values
 from millrace_django.storage.orm.transactions import InsertConflict
 
+LOST_PREPARED_STATEMENT = "26000"
+"""SQLSTATE of an ``EXECUTE`` whose prepared statement the session does not have (a
+pooler moved us to another server connection, or someone ran ``DEALLOCATE``): the
+storage forgets what it prepared there and the call is replayed."""
+DUPLICATE_PREPARED_STATEMENT = "42P05"
+
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
 _JOBS = _q(Job._meta.db_table)
-_ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _ATTEMPTS = _q(JobAttempt._meta.db_table)
-_RETURNED = [f.attname for f in Job._meta.concrete_fields]
-_COLUMNS = ", ".join(f"j.{_q(name)}" for name in _RETURNED)
-_RETURNED_JSON = [
-    (i, name)
-    for i, (name, f) in enumerate(zip(_RETURNED, Job._meta.concrete_fields, strict=True))
-    if isinstance(f, JSONField)
-]
+_ACTIVE = job_codes(ACTIVE_JOB_STATES)
+_FIELDS = list(Job._meta.concrete_fields)
+# A row's values are keyed by field name (rows.job_values), which is its column name too.
+assert all(f.attname == f.column for f in _FIELDS), "a Job column was renamed"
+_NAMES = [f.attname for f in _FIELDS]
+_RETURNED = ", ".join(f"j.{_q(name)}" for name in _NAMES)
+_RETURNED_JSON = [(i, f.attname) for i, f in enumerate(_FIELDS) if isinstance(f, JSONField)]
 
 
-def _record(row: tuple[Any, ...]) -> JobRecord:
-    """The record of a row of ``_COLUMNS`` (jsonb arrives as text, as Django has it)."""
-    values = dict(zip(_RETURNED, row, strict=True))
-    for i, name in _RETURNED_JSON:
-        if row[i] is not None:
-            values[name] = json.loads(row[i])
-    return job_record_of(values)
+# -- prepared statements ---------------------------------------------------------------
 
+
+class _Statement:
+    """One hot statement: its SQL with ``%(name)s`` parameters, and the same SQL as a
+    session's prepared statement (``$n`` parameters, typed) with its ``EXECUTE``."""
+
+    def __init__(self, purpose: str, sql: str, parameters: Mapping[str, str]) -> None:
+        self.sql = sql
+        self.name = f"millrace_{purpose}_{hashlib.sha1(sql.encode()).hexdigest()[:10]}"
+        body = sql
+        for position, parameter in enumerate(parameters, start=1):
+            body = body.replace(f"%({parameter})s", f"${position}")
+        assert "%(" not in body, f"{purpose}: a parameter is not declared"
+        types = ", ".join(parameters.values())
+        self.prepare = f"PREPARE {self.name} ({types}) AS {body}"
+        arguments = ", ".join(f"%({parameter})s" for parameter in parameters)
+        self.execute = f"EXECUTE {self.name} ({arguments})"
+
+
+def _prepared_here(connection: BaseDatabaseWrapper) -> set[str]:
+    """Names of the statements prepared in ``connection``'s current session (a new
+    driver connection starts an empty set)."""
+    raw = connection.connection
+    held: tuple[weakref.ref[Any], set[str]] | None = getattr(connection, "_millrace_prepared", None)
+    if held is None or held[0]() is not raw:
+        held = (weakref.ref(raw), set())
+        setattr(connection, "_millrace_prepared", held)  # noqa: B010 (not a Django field)
+    return held[1]
+
+
+def _sqlstate(error: DatabaseError) -> str | None:
+    return getattr(error.__cause__, "sqlstate", None)
+
+
+# -- claim -----------------------------------------------------------------------------
 
 # Lock the next claimable rows, remember what they were (an expired lease is recorded as
 # an interrupted attempt of its previous owner, and that job's history pruned), lease
@@ -74,8 +113,7 @@ _READY_ONE_QUEUE = f"""
     WHERE queue = %(queue)s AND state = {Code.ENQUEUED}
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-"""
+    FOR UPDATE SKIP LOCKED"""
 _READY_QUEUES = f"""
     SELECT r.* FROM unnest(%(queues)s::text[]) AS q (name)
     CROSS JOIN LATERAL (
@@ -85,9 +123,8 @@ _READY_QUEUES = f"""
         ORDER BY priority DESC, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
-    ) AS r
-"""
-_CLAIM_SQL = f"""
+    ) AS r"""
+_CLAIM = f"""
 WITH ready AS ({{ready}}
 ), expired AS (
     SELECT seq, priority, attempt, worker_id, true AS expired
@@ -107,7 +144,7 @@ WITH ready AS ({{ready}}
         attempt = j.attempt + 1
     FROM picked
     WHERE j.seq = picked.seq
-    RETURNING {_COLUMNS}
+    RETURNING {_RETURNED}
 ), interrupted AS (
     INSERT INTO {_ATTEMPTS} (job_id, attempt, outcome, recorded_at, worker_id, error)
     SELECT seq, prior_attempt, {AttemptOutcomeCode.INTERRUPTED}, %(now)s,
@@ -123,57 +160,98 @@ WITH ready AS ({{ready}}
 )
 SELECT * FROM leased ORDER BY priority DESC, seq
 """
-_CLAIM_ONE_QUEUE = _CLAIM_SQL.format(ready=_READY_ONE_QUEUE, queue_test="queue = %(queue)s")
-_CLAIM_QUEUES = _CLAIM_SQL.format(ready=_READY_QUEUES, queue_test="queue = ANY(%(queues)s)")
+_CLAIM_PARAMETERS = {"limit": "integer", "now": "timestamptz", "worker": "text"}
+_CLAIM_ONE_QUEUE = _Statement(
+    "claim",
+    _CLAIM.format(ready=_READY_ONE_QUEUE, queue_test="queue = %(queue)s"),
+    {"queue": "text", **_CLAIM_PARAMETERS, "until": "timestamptz"},
+)
+_CLAIM_QUEUES = _Statement(
+    "claim_queues",
+    _CLAIM.format(ready=_READY_QUEUES, queue_test="queue = ANY(%(queues)s)"),
+    {"queues": "text[]", **_CLAIM_PARAMETERS, "until": "timestamptz"},
+)
 
-# Fenced, set-based acknowledgement: a row moves only if it still matches its own
-# transition's (processing, worker, attempt). Each row is found through the uuid index,
-# one probe per transition ("state + 0" keeps the planner from reading every processing
-# row through a state index instead, which costs as many rows as are in flight, and
-# which it prefers whenever its statistics say that few are).
-_COMPLETE_SQL = """
-UPDATE {jobs} AS j
-SET state = {succeeded}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    """The record of a row of ``_RETURNED`` (jsonb arrives as text, as Django has it)."""
+    values = dict(zip(_NAMES, row, strict=True))
+    for i, name in _RETURNED_JSON:
+        if row[i] is not None:
+            values[name] = json.loads(row[i])
+    return job_record_of(values)
+
+
+# -- acknowledgement -------------------------------------------------------------------
+
+# Fenced, set-based: a row moves only if it still matches its own transition's
+# (processing, worker, attempt). Each row is found through the uuid index, one probe per
+# transition ("state + 0" keeps the planner from reading every processing row through a
+# state index instead, which costs as many rows as are in flight, and which it prefers
+# whenever its statistics say that few are).
+_COMPLETE = f"""
+UPDATE {_JOBS} AS j
+SET state = {Code.SUCCEEDED}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
     failures = t.failures, finished_at = t.finished_at, result = t.result
-FROM (VALUES {rows}) AS t (uuid, worker_id, attempt, failures, finished_at, result, wake)
-WHERE j.uuid = t.uuid AND j.state + 0 = {processing}
+FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
+            %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[],
+            %(wake)s::boolean[])
+     AS t (uuid, worker_id, attempt, failures, finished_at, result, wake)
+WHERE j.uuid = t.uuid AND j.state + 0 = {Code.PROCESSING}
   AND j.worker_id = t.worker_id AND j.attempt = t.attempt
-RETURNING j.uuid, t.wake
-"""
-_FIRST_ROW = "(%s::uuid, %s, %s::integer, %s::integer, %s::timestamptz, %s::jsonb, %s)"
-_NEXT_ROW = "(%s, %s, %s, %s, %s, %s, %s)"
-_JSON = JSONField()
+RETURNING j.uuid, t.wake"""
+_COMPLETE_PARAMETERS = {
+    "ids": "uuid[]",
+    "workers": "text[]",
+    "attempts": "integer[]",
+    "failures": "integer[]",
+    "finished": "timestamptz[]",
+    "results": "jsonb[]",
+    "wake": "boolean[]",
+}
+_COMPLETE_ONLY = _Statement("complete", _COMPLETE, _COMPLETE_PARAMETERS)
 
-# When a success wakes its continuations: the awaiting children of the jobs that won
-# their fence become enqueued, and their queues are announced, in the same statement.
-# The parents' rows are locked by a statement of their own first (sent in the same
-# message), so the acknowledgement's snapshot, taken after that lock, sees every
-# continuation an enqueue committed while holding it (an enqueue fixes a continuation
-# up under the parent's row lock).
-_LOCK_PARENTS = f"SELECT FROM {_JOBS} WHERE uuid = ANY(%s::uuid[]) ORDER BY uuid FOR UPDATE"
-_COMPLETE_AND_WAKE_SQL = f"""
-WITH done AS ({{complete}}
+# When successes wake their continuations: the awaiting children of the jobs that won
+# their fence become enqueued and their queues are announced, in the same statement. The
+# parents' rows are locked by a statement of their own first (sent in the same message),
+# so the acknowledgement's snapshot, taken after that lock, sees every continuation an
+# enqueue committed while holding it (an enqueue fixes a continuation up under its
+# parent's row lock).
+_LOCK_PARENTS = f"SELECT FROM {_JOBS} WHERE uuid = ANY(%(parents)s::uuid[]) ORDER BY uuid FOR UPDATE"
+_COMPLETE_AND_WAKE = _Statement(
+    "complete_wake",
+    f"""
+WITH done AS ({_COMPLETE}
 ), woken AS (
     UPDATE {_JOBS} AS c SET state = {Code.ENQUEUED}, due_at = NULL
     FROM done
     WHERE done.wake AND c.parent_id = done.uuid AND c.state = {Code.AWAITING}
     RETURNING c.queue
 ), notified AS (
-    SELECT pg_notify(%s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
+    SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 )
 SELECT uuid, wake FROM done
 UNION ALL SELECT NULL, NULL FROM notified
-"""
+""",
+    {**_COMPLETE_PARAMETERS, "channel": "text"},
+)
+_JSON = JSONField()
 
 
-# Enqueue. The batch travels as one JSON array of objects (keys left out are NULL) and is
-# inserted in batch order in one statement, with the pg_notify of the enqueued jobs'
-# queues, so the hint commits with the rows. A batch that claims idempotency scopes looks
-# their active holders up in the statement's snapshot and inserts the rest; the final
-# SELECT answers the held positions (a holder committed after the snapshot makes the
-# INSERT hit the active-key index instead, and the call is replayed: its look-up then
-# sees it). A large batch without scopes is copied in (COPY ... FROM STDIN), after its
-# pg_notify, in a transaction: three more round trips, paid once per batch.
+# -- enqueue ---------------------------------------------------------------------------
+
+# The batch travels as one JSON array of objects (keys left out are NULL) and is inserted
+# in batch order in one statement, with the pg_notify of the enqueued jobs' queues, so
+# the hint commits with the rows. A batch that claims idempotency scopes looks their
+# active holders up in the statement's snapshot and inserts the rest; the final SELECT
+# answers the held positions (a holder committed after the snapshot makes the INSERT hit
+# the active-key index instead, and the call is replayed: its look-up then sees it). A
+# large batch without scopes is copied in (COPY ... FROM STDIN) after its pg_notify, in a
+# transaction: three more round trips, paid once per batch.
+_INSERTED = [f for f in _FIELDS if not f.primary_key]
+_INSERTED_NAMES = [f.attname for f in _INSERTED]
+_INSERTED_COLUMNS = ", ".join(_q(name) for name in _INSERTED_NAMES)
+_INSERTED_JSON = [f.attname for f in _INSERTED if isinstance(f, JSONField)]
 _INSERT_PLAIN = """
 WITH inserted AS (
     INSERT INTO {jobs} ({columns})
@@ -213,39 +291,32 @@ _HELD_BY_SCOPE = f"""
     FROM input AS i JOIN {_JOBS} AS j ON j.key_scope = i.key_scope
     WHERE j.key_scope IS NOT NULL"""
 _NOTIFY = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS queue"
-
-_INSERTED_FIELDS = [f for f in Job._meta.concrete_fields if not f.primary_key]
-# A row's JSON keys are field names (rows.job_values), which are its column names too.
-assert all(f.attname == f.column for f in _INSERTED_FIELDS), "a Job column was renamed"
-_INSERTED_NAMES = [f.attname for f in _INSERTED_FIELDS]
-_INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED_FIELDS)
-_JSON_NAMES = [f.attname for f in _INSERTED_FIELDS if isinstance(f, JSONField)]
 _COPY = f"COPY {_JOBS} ({_INSERTED_COLUMNS}) FROM STDIN"
 COPY_AT_LEAST = 500
 """Batches of this many jobs or more, claiming no idempotency scope, are copied in."""
 
 _ACTIVE_KEY = "millrace_job_active_key"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
-_INSERT_SQLS: dict[tuple[bool, bool], str] = {}
+_INSERTS: dict[tuple[bool, bool], _Statement] = {}
 
 
-def _insert_sql(connection: BaseDatabaseWrapper, *, keyed: bool, track_scope: bool) -> str:
+def _insert_statement(connection: BaseDatabaseWrapper, *, keyed: bool, scoped: bool) -> _Statement:
     """The enqueue statement (column types from the models, as PostgreSQL has them)."""
-    sql = _INSERT_SQLS.get((keyed, track_scope))
-    if sql is None:
-        typed = ", ".join(f"{_q(f.attname)} {f.db_type(connection)}" for f in _INSERTED_FIELDS)
-        held = (_HELD_BY_SCOPE if track_scope else _HELD_BY_KEY).format(
+    statement = _INSERTS.get((keyed, scoped))
+    if statement is None:
+        typed = ", ".join(f"{_q(f.attname)} {f.db_type(connection)}" for f in _INSERTED)
+        held = (_HELD_BY_SCOPE if scoped else _HELD_BY_KEY).format(
             active=", ".join(str(code) for code in _ACTIVE)
         )
         sql = (_INSERT_KEYED if keyed else _INSERT_PLAIN).format(
-            jobs=_JOBS,
-            columns=_INSERTED_COLUMNS,
-            typed=typed,
-            held=held,
-            enqueued=Code.ENQUEUED,
+            jobs=_JOBS, columns=_INSERTED_COLUMNS, typed=typed, held=held, enqueued=Code.ENQUEUED
         )
-        _INSERT_SQLS[keyed, track_scope] = sql
-    return sql
+        parameters = {"rows": "text", "channel": "text"}
+        if not keyed:
+            parameters["queues"] = "text[]"
+        purpose = ("insert_scoped" if scoped else "insert_keyed") if keyed else "insert"
+        statement = _INSERTS[keyed, scoped] = _Statement(purpose, sql, parameters)
+    return statement
 
 
 def _json_value(value: object) -> object:
@@ -278,20 +349,124 @@ def _copies(jobs: Sequence[JobRecord]) -> bool:
     return len(jobs) >= COPY_AT_LEAST and all(active_scope(job) is None for job in jobs)
 
 
+# -- the hot path ----------------------------------------------------------------------
+
+
 class PostgresHotPath:
-    """One round trip per batch claim, per batch acknowledgement and per enqueue."""
+    """One statement, one round trip, per batch claim, batch acknowledgement and enqueue.
+
+    ``several_statements``: one ``cursor.execute`` may carry several statements (client-
+    side binding, Django's default). ``prepare``: hot statements are prepared once per
+    session and then only executed; off where the alias says a transaction-mode pooler
+    may hand us another server connection at any time (``DISABLE_SERVER_SIDE_CURSORS``,
+    what Django's documentation has such deployments set), and without
+    ``several_statements``. A session that lost a statement we prepared there
+    (:data:`LOST_PREPARED_STATEMENT`) is forgotten, and the call replayed.
+    """
 
     claim_is_one_statement = True
+
+    def __init__(self, *, several_statements: bool = True, prepare: bool = True) -> None:
+        self.several_statements = several_statements
+        self.prepare = prepare and several_statements
 
     def complete_is_one_statement(
         self, ctx: OrmContext, transitions: Sequence[JobTransition]
     ) -> bool:
-        return ctx.notify_channel is not None or not any(
-            t.activate_continuations for t in transitions
-        )
+        if not any(t.activate_continuations for t in transitions):
+            return True
+        return ctx.notify_channel is not None and self.several_statements
 
     def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool:
         return ctx.notify_channel is not None and not _copies(jobs)
+
+    # -- statements ---------------------------------------------------------------------
+
+    def _run(
+        self,
+        connection: BaseDatabaseWrapper,
+        cursor: CursorWrapper,
+        statement: _Statement,
+        params: Mapping[str, Any],
+        before: str = "",
+    ) -> None:
+        """Run ``statement`` (after ``before``, a statement of the same message), leaving
+        ``cursor`` on its rows."""
+        if not self.prepare:
+            if before:
+                cursor.execute(before, params)
+            cursor.execute(statement.sql, params)
+            return
+        prepared = _prepared_here(connection)
+        message = statement.execute
+        if statement.name not in prepared:
+            prepared.add(statement.name)  # PREPARE is not undone by a rollback
+            message = f"{statement.prepare}; {message}"
+        if before:
+            message = f"{before}; {message}"
+        try:
+            cursor.execute(message, params)
+        except DatabaseError as error:
+            if _sqlstate(error) == LOST_PREPARED_STATEMENT:
+                prepared.clear()
+            raise
+        while cursor.nextset():  # to the last statement's rows
+            pass
+
+    # -- claim --------------------------------------------------------------------------
+
+    def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
+        now = ctx.clock.now()
+        params: dict[str, Any] = {
+            "limit": request.max_count,
+            "now": now,
+            "worker": request.worker_id,
+            "until": now + request.lease,
+        }
+        if len(request.queues) == 1:
+            (params["queue"],) = request.queues
+            statement = _CLAIM_ONE_QUEUE
+        else:
+            params["queues"] = sorted(request.queues)
+            statement = _CLAIM_QUEUES
+        connection = connections[ctx.alias]
+        with connection.cursor() as cursor:
+            self._run(connection, cursor, statement, params)
+            rows = cursor.fetchall()
+        return [_record(row) for row in rows]
+
+    # -- acknowledgement ----------------------------------------------------------------
+
+    def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
+        channel = ctx.notify_channel
+        parents = [t.job_id for t in transitions if t.activate_continuations]
+        if parents and channel is None:
+            return OrmHotPath().complete(ctx, transitions)
+        now = ctx.clock.now()
+        connection = connections[ctx.alias]
+        params: dict[str, Any] = {
+            "ids": [t.job_id for t in transitions],
+            "workers": [t.expected_worker_id for t in transitions],
+            "attempts": [t.expected_attempt for t in transitions],
+            "failures": [t.failures for t in transitions],
+            "finished": [t.finished_at or now for t in transitions],
+            "results": [None if t.result is None else _encode_json(t.result) for t in transitions],
+            "wake": [t.activate_continuations for t in transitions],
+        }
+        with connection.cursor() as cursor:
+            if parents:
+                params |= {"parents": parents, "channel": channel}
+                if self.several_statements:
+                    self._run(connection, cursor, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
+                else:
+                    cursor.execute(_LOCK_PARENTS, params)
+                    self._run(connection, cursor, _COMPLETE_AND_WAKE, params)
+            else:
+                self._run(connection, cursor, _COMPLETE_ONLY, params)
+            won = {uuid for uuid, _ in cursor.fetchall() if uuid is not None}
+        return [t.job_id in won for t in transitions]
+
+    # -- enqueue ------------------------------------------------------------------------
 
     def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
         """Insert ``jobs`` (none of them awaiting a parent) with enqueue semantics."""
@@ -333,18 +508,14 @@ class PostgresHotPath:
             if job.state is JobState.ENQUEUED:
                 queues.add(job.queue)
         keyed = bool(first_holder)
-        if keyed:  # number every row (the look-up answers by number)
+        if keyed:  # number every row: the look-up answers by number
             for n, row in enumerate(rows):
                 row["n"] = n
-        sql = _insert_sql(connection, keyed=keyed, track_scope=ctx.track_scope)
-        params: dict[str, Any] = {
-            "rows": _encode_rows(rows),
-            "channel": channel,
-            "queues": sorted(queues),
-        }
+        statement = _insert_statement(connection, keyed=keyed, scoped=ctx.track_scope)
+        params = {"rows": _encode_rows(rows), "channel": channel, "queues": sorted(queues)}
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            answers = cursor.fetchall() if keyed else ()
+            self._run(connection, cursor, statement, params)
+            answers = cursor.fetchall() if keyed else []
         for n, holder in answers:
             if n is not None:
                 effective[sent[n]] = holder
@@ -363,71 +534,12 @@ class PostgresHotPath:
         queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
         track_scope = ctx.track_scope
         with connection.cursor() as cursor:
-            # First, so it also carries the transaction's statement timeout.
+            # First, so that it also carries the transaction's statement timeout.
             cursor.execute(_NOTIFY, [channel, queues])
             with connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
                 for job in jobs:
                     values = job_values(job, track_scope=track_scope)
-                    for name in _JSON_NAMES:
+                    for name in _INSERTED_JSON:
                         if values[name] is not None:
                             values[name] = _encode_json(values[name])
                     copy.write_row([values[name] for name in _INSERTED_NAMES])
-
-    def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
-        now = ctx.clock.now()
-        params: dict[str, Any] = {
-            "now": now,
-            "limit": request.max_count,
-            "worker": request.worker_id,
-            "until": now + request.lease,
-        }
-        if len(request.queues) == 1:
-            (params["queue"],) = request.queues
-            sql = _CLAIM_ONE_QUEUE
-        else:
-            params["queues"] = sorted(request.queues)
-            sql = _CLAIM_QUEUES
-        with connections[ctx.alias].cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        return [_record(row) for row in rows]
-
-    def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
-        channel = ctx.notify_channel
-        wake = [t.job_id for t in transitions if t.activate_continuations]
-        if wake and channel is None:
-            return OrmHotPath().complete(ctx, transitions)
-        now = ctx.clock.now()
-        connection = connections[ctx.alias]
-        params: list[Any] = []
-        for t in transitions:
-            params += [
-                t.job_id,
-                t.expected_worker_id,
-                t.expected_attempt,
-                t.failures,
-                t.finished_at or now,
-                _JSON.get_db_prep_value(t.result, connection),
-                t.activate_continuations,
-            ]
-        sql = _COMPLETE_SQL.format(
-            jobs=_JOBS,
-            succeeded=Code.SUCCEEDED,
-            processing=Code.PROCESSING,
-            rows=", ".join([_FIRST_ROW] + [_NEXT_ROW] * (len(transitions) - 1)),
-        )
-        with connection.cursor() as cursor:
-            if wake:
-                sql = _COMPLETE_AND_WAKE_SQL.format(complete=sql)
-                params.append(channel)
-                if ctx.vendor.multi_statement_messages:
-                    cursor.execute(f"{_LOCK_PARENTS}; {sql}", [wake, *params])
-                    while cursor.nextset():  # to the last statement's rows
-                        pass
-                else:
-                    cursor.execute(_LOCK_PARENTS, [wake])
-                    cursor.execute(sql, params)
-            else:
-                cursor.execute(sql, params)
-            won = {uuid for uuid, _ in cursor.fetchall() if uuid is not None}
-        return [t.job_id in won for t in transitions]
