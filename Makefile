@@ -3,16 +3,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE := testproject.settings
 
-.PHONY: demo test lint typecheck layers facts facts-check migrations-check unit bench clean
+.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit bench clean
 
 demo: $(PY)
 	@bash scripts/demo.sh
 
-test: system-deps $(PY) lint typecheck layers facts-check migrations-check
+test: system-deps chromium-deps $(PY) lint typecheck layers facts-check migrations-check
 	@bash scripts/testdb.sh run -- $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
 
 system-deps:
 	@bash scripts/testdb.sh deps
+
+chromium-deps:
+	@bash scripts/ensure-chromium.sh
 
 $(PY): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh

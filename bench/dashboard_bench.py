@@ -40,7 +40,8 @@ SELECT
     0,
     (ARRAY['shop.jobs:send_receipt', 'shop.jobs:sync_stock', 'reports.jobs:monthly'])[1 + n %% 3],
     '{"args": [42], "kwargs": {}}'::jsonb,
-    '{"kind": "none", "max_attempts": 1, "base_delay_us": 0, "max_delay_us": 0, "jitter": false}'::jsonb,
+    '{"kind": "none", "max_attempts": 1, "base_delay_us": 0, "max_delay_us": 0,
+      "jitter": false}'::jsonb,
     %(start)s::timestamptz + make_interval(secs => n * 0.5),
     CASE WHEN s.state IN (0, 4) THEN %(start)s::timestamptz + interval '30 days' END,
     CASE WHEN s.state = 2 THEN 'worker-' || (n %% 8) END,
@@ -50,7 +51,8 @@ SELECT
     false,
     CASE WHEN n %% 10 = 0 THEN 'acme' END,
     CASE WHEN s.state IN (4, 5) THEN 'ValueError: boom' END,
-    CASE WHEN s.state IN (3, 5, 6) THEN %(start)s::timestamptz + make_interval(secs => n * 0.5 + 1) END
+    CASE WHEN s.state IN (3, 5, 6)
+        THEN %(start)s::timestamptz + make_interval(secs => n * 0.5 + 1) END
 FROM generate_series(1, %(count)s) AS n
 CROSS JOIN LATERAL (
     SELECT CASE
@@ -87,8 +89,16 @@ def admin(url: str) -> psycopg.Connection[Any]:
 
 
 def recreate(url: str, name: str, *, create: bool) -> None:
+    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
     with admin(url) as conn:
-        conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name)))
+        for attempt in range(60):  # autovacuum may be analysing the fresh rows: wait for it
+            try:
+                conn.execute(drop)
+                break
+            except psycopg.errors.InsufficientPrivilege:
+                if attempt == 59:
+                    raise
+                time.sleep(1)
         if create:
             conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
 
@@ -169,7 +179,8 @@ def main() -> None:
         pages = {
             "overview": "/admin/millrace/",
             "jobs list": "/admin/millrace/jobs/",
-            "jobs list, filtered (state=dead, queue=emails)": "/admin/millrace/jobs/?state=dead&queue=emails",
+            "jobs list, filtered (state=dead, queue=emails)": "/admin/millrace/jobs/"
+            "?state=dead&queue=emails",
             "jobs list, filtered (tenant=acme, created range)": "/admin/millrace/jobs/?tenant=acme"
             "&created_after=2000-01-01T00:00&created_before=2100-01-01T00:00",
             "jobs list, page 2": None,
@@ -186,7 +197,10 @@ def main() -> None:
             median, queries, status = measure(client, path)
             verdict = "met" if median < TARGET_MS else "NOT met"
             verdicts.append((label, median, verdict))
-            print(f"== {label}: {median:.1f} ms median of {RUNS} (HTTP {status}, target {TARGET_MS:.0f} ms {verdict})")
+            print(
+                f"== {label}: {median:.1f} ms median of {RUNS} (HTTP {status}, "
+                f"target {TARGET_MS:.0f} ms {verdict})"
+            )
             for query in queries:
                 print(f"   {float(query['time']) * 1000:7.1f} ms  {query['sql']}")
             print()

@@ -335,6 +335,9 @@ def _statement_words(body: str) -> str:
 
 def statement_label(sql: str) -> str:
     text = " ".join(sql.split())
+    if "PREPARE millrace_" in text and "; EXECUTE millrace_" in text:
+        text = text[text.index("; EXECUTE millrace_") + 2 :]
+        return "PREPARE + " + text[:58] + ("..." if len(text) > 58 else "")
     if text.startswith("SELECT set_config"):
         return "set_config(statement_timeout)"
     if text.startswith("SELECT FROM") and "FOR UPDATE;" in text:
@@ -648,8 +651,9 @@ def explain_hot_path(
         probes.append(("apply_many(64 succeeded)", acked, [job.id for job in more]))
     where = f"{finished:,} finished rows, {backlog:,} ready"
     for name, probe, restore in probes:
-        for sql, params in zip(probe.statements, probe.params, strict=True):
-            if not is_explainable(sql):
+        for sent, params in zip(probe.statements, probe.params, strict=True):
+            sql = explainable(sent)
+            if sql is None:
                 continue
             with transaction.atomic(using=ALIAS):
                 if restore:
@@ -665,11 +669,16 @@ def explain_hot_path(
             report.explains[f"{name}, {where}: {statement_label(sql)}"] = plan
 
 
-def is_explainable(sql: str) -> bool:
+def explainable(sql: str) -> str | None:
+    """The statement of ``sql`` to EXPLAIN: a hot statement's ``EXECUTE`` (its first call
+    on a session also sends the ``PREPARE``), or a plain statement; ``None`` for the
+    statement timeout, notifications and parent locks."""
+    if "EXECUTE millrace_" in sql:
+        return sql[sql.index("EXECUTE millrace_") :]
     text = " ".join(sql.split()).upper()
-    if text.startswith("SELECT SET_CONFIG") or "PG_NOTIFY" in text:
-        return False
-    return text.startswith(("WITH", "UPDATE", "SELECT", "DELETE", "INSERT"))
+    if text.startswith("SELECT SET_CONFIG") or "PG_NOTIFY" in text or ";" in text:
+        return None
+    return sql if text.startswith(("WITH", "UPDATE", "SELECT", "DELETE", "INSERT")) else None
 
 
 def claim_plan_shape(plan: str) -> str:

@@ -32,7 +32,12 @@ RETRY_DELAYS = (0.2, 0.4)
 type Result = bool | StorageError | None
 """Per transition: applied, fence lost, refused, or ``None`` when nothing was written."""
 
-type Acknowledged = Callable[[Execution, JobTransition | None, Result], None]
+type Acknowledgement = tuple[Execution, JobTransition | None, Result]
+"""An execution, the transition written for it (``None``: nothing to write) and how
+that went."""
+
+type Acknowledged = Callable[[list[Acknowledgement]], None]
+"""Called with each written batch, in submission order."""
 
 
 class Acknowledger:
@@ -50,7 +55,7 @@ class Acknowledger:
         self._on_acknowledged = on_acknowledged
         self._around_turn = around_turn
         self._pending: list[tuple[Execution, JobTransition | None]] = []
-        self._ready = threading.Condition()
+        self._ready = threading.Condition(threading.Lock())
         self._closing = False
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -88,12 +93,15 @@ class Acknowledger:
             self._flush_progress(execution)
         results = self._apply([t for _, t in writes])
         outcomes = iter(results)
+        done: list[Acknowledgement] = []
         for execution, transition in batch:
             result = next(outcomes) if transition is not None else None
-            if transition is not None and isinstance(result, ConcurrencyConflict):
-                transition, result = self._remerge(execution, transition, result)
-            self._report(execution, transition, result)
-            self._on_acknowledged(execution, transition, result)
+            if transition is not None and result is not True:
+                if isinstance(result, ConcurrencyConflict):
+                    transition, result = self._remerge(execution, transition, result)
+                self._report(execution, transition, result)
+            done.append((execution, transition, result))
+        self._on_acknowledged(done)
         return len(batch)
 
     def _run(self) -> None:

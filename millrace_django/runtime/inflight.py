@@ -1,19 +1,25 @@
 """The jobs a worker holds: one :class:`Execution` per claimed attempt.
 
+An execution is *held* from its claim until its transition is written (or dropped), so
+the heartbeat renews its lease all that time, whether it still waits for a thread
+(prefetched), runs, or waits for its acknowledgement. Its thread is free again as soon
+as the handler returns: a slot is a thread, not a lease.
+
 An execution is *settled* exactly once, by whoever gets there first: the thread that
-ran the handler, or the worker abandoning it (its cancellation was ignored past the
-grace, a newer attempt superseded it, or shutdown force-released it). The loser's
-verdict is discarded. An execution keeps its slot until its transition is written, so
-the heartbeat keeps renewing its lease meanwhile.
+ran the handler, or the worker deciding without it (its cancellation was ignored past
+the grace, a newer attempt superseded it, shutdown force-released it, or it was
+released before it started). The loser's verdict is discarded. A settled execution
+that has not started never starts.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from millrace_django.clock import Clock
 from millrace_django.contract import JobRecord
 from millrace_django.engine import CancelReason, JobContext
 
@@ -21,17 +27,36 @@ from millrace_django.engine import CancelReason, JobContext
 class Execution:
     """One claimed attempt of one job, as this worker runs it."""
 
-    def __init__(self, job: JobRecord, context: JobContext, *, started_at: datetime) -> None:
+    __slots__ = ("_cancelled_at", "_lock", "_settled", "_started", "context", "deadline", "job")
+
+    def __init__(self, job: JobRecord, context: JobContext) -> None:
         self.job = job
         self.context = context
-        self.deadline = started_at + job.timeout if job.timeout is not None else None
-        """When the timeout fires (clock time), if the job has one."""
+        self.deadline: datetime | None = None
+        """When the timeout fires (clock time), if the job has one and has started."""
         self._lock = threading.Lock()
         self._cancelled_at: datetime | None = None
         self._settled = False
+        self._started = False
 
     def __repr__(self) -> str:
         return f"<Execution {self.job.id} attempt {self.job.attempt}>"
+
+    def begin(self, clock: Clock) -> bool:
+        """Mark the handler as starting now (its timeout counts from here); ``False``
+        if the attempt was already settled without it, and must not run."""
+        with self._lock:
+            if self._settled:
+                return False
+            self._started = True
+        if self.job.timeout is not None:
+            self.deadline = clock.now() + self.job.timeout
+        return True
+
+    @property
+    def started(self) -> bool:
+        with self._lock:
+            return self._started
 
     def cancel(self, reason: CancelReason, now: datetime) -> None:
         """Fire the job's cancellation; the first reason sticks, and the grace counts
@@ -47,61 +72,94 @@ class Execution:
             won, self._settled = not self._settled, True
             return won
 
+    def settle_unstarted(self) -> bool:
+        """Like :meth:`settle`, but only while the handler has not started (it then
+        never will); ``False`` once it has."""
+        with self._lock:
+            if self._settled or self._started:
+                return False
+            self._settled = True
+            return True
+
     @property
     def settled(self) -> bool:
         with self._lock:
             return self._settled
 
-    def overran(self, now: datetime, grace: timedelta) -> bool:
-        """Still unsettled ``grace`` after its cancellation fired."""
+    @property
+    def cancelled(self) -> bool:
         with self._lock:
-            cancelled_at, settled = self._cancelled_at, self._settled
-        return not settled and cancelled_at is not None and now >= cancelled_at + grace
+            return self._cancelled_at is not None
+
+    def overran(self, now: datetime, grace: timedelta) -> bool:
+        """Started, still unsettled ``grace`` after its cancellation fired."""
+        with self._lock:
+            cancelled_at, settled, started = self._cancelled_at, self._settled, self._started
+        return started and not settled and cancelled_at is not None and now >= cancelled_at + grace
 
 
 class InFlight:
-    """The worker's executions by job id, and the slots they occupy (thread-safe)."""
+    """The worker's executions by job id, from claim to acknowledgement (thread-safe)."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
+    def __init__(self) -> None:
         self._executions: dict[UUID, Execution] = {}
-        self._changed = threading.Condition()
+        self._changed = threading.Condition(threading.Lock())
+        self._watchers = 0
+
+    def add_all(self, executions: Iterable[Execution]) -> list[Execution]:
+        """Track ``executions``; returns the older attempts of the same jobs they
+        replace (our own lease expired and we reclaimed the job), which the caller
+        settles."""
+        replaced = []
+        with self._changed:
+            held = self._executions
+            for execution in executions:
+                previous = held.get(execution.job.id)
+                held[execution.job.id] = execution
+                if previous is not None:
+                    replaced.append(previous)
+        return replaced
 
     def add(self, execution: Execution) -> Execution | None:
-        """Track ``execution``; returns the older attempt of the same job it replaces
-        (our own lease expired and we reclaimed the job), which the caller abandons."""
+        """Track one execution (see :meth:`add_all`)."""
+        replaced = self.add_all((execution,))
+        return replaced[0] if replaced else None
+
+    def remove_all(self, executions: Iterable[Execution]) -> None:
+        """Stop holding ``executions`` (except those a newer attempt took over)."""
         with self._changed:
-            previous = self._executions.get(execution.job.id)
-            self._executions[execution.job.id] = execution
-            return previous
+            held = self._executions
+            for execution in executions:
+                if held.get(execution.job.id) is execution:
+                    del held[execution.job.id]
+            if self._watchers:
+                self._changed.notify_all()
 
     def remove(self, execution: Execution) -> None:
-        """Free ``execution``'s slot (unless a newer attempt already took it over)."""
-        with self._changed:
-            if self._executions.get(execution.job.id) is execution:
-                del self._executions[execution.job.id]
-            self._changed.notify_all()
+        """Stop holding ``execution`` (unless a newer attempt already took over)."""
+        self.remove_all((execution,))
 
     def all(self) -> list[Execution]:
         with self._changed:
             return list(self._executions.values())
 
     def running(self) -> list[Execution]:
-        """Executions whose outcome is not decided yet."""
+        """Executions whose outcome is not decided yet (started or not)."""
         return [execution for execution in self.all() if not execution.settled]
 
     def count(self) -> int:
         with self._changed:
             return len(self._executions)
 
-    def free(self) -> int:
-        return max(self.capacity - self.count(), 0)
-
     def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Block until ``predicate`` holds (re-checked whenever a slot frees or
-        :meth:`notify` is called), at most ``timeout`` seconds."""
+        """Block until ``predicate`` holds (re-checked whenever an execution is removed
+        or :meth:`notify` is called), at most ``timeout`` seconds."""
         with self._changed:
-            return self._changed.wait_for(predicate, max(timeout, 0.0))
+            self._watchers += 1
+            try:
+                return self._changed.wait_for(predicate, max(timeout, 0.0))
+            finally:
+                self._watchers -= 1
 
     def notify(self) -> None:
         """Re-check the predicates of :meth:`wait_until` (a stop was requested)."""

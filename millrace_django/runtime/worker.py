@@ -3,11 +3,18 @@
 Threads (daemons, so a stuck job never keeps the process alive at exit):
 
 - the caller's thread runs the claim loop, :meth:`Worker.run`;
-- ``millrace-job-N``: the pool of ``concurrency`` threads running job functions;
+- ``millrace-job-N``: the pool of ``concurrency`` threads running job functions
+  (:class:`~millrace_django.runtime.threads.JobPool`);
 - ``millrace-asyncio``: one event loop that async job functions run on;
 - ``millrace-maintenance``: heartbeats, timeouts and abandonment, looked at every tick;
 - ``millrace-acks``: writes finished attempts in batches;
 - ``millrace-wakeup``: turns the provider's notifications into wake-ups, if it has them.
+
+The three stages overlap: a job's thread is free again as soon as its handler returns
+(its lease is still renewed until its transition is written), so claiming never waits
+for an acknowledgement, and the acknowledger writes one batch while the next is claimed
+and run. When recent handlers were quick, the loop claims a full batch ahead of free
+threads (a bounded prefetch, released at shutdown if never started).
 
 The worker holds no state that matters across a crash: every guarantee comes from the
 storage (the claim, the lease, the fence on each write).
@@ -15,7 +22,6 @@ storage (the claim, the lease, the fence on each write).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
@@ -27,10 +33,10 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from millrace_django.clock import Clock
-from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobStorage, JobTransition
-from millrace_django.engine import CancelReason, JobContext, UnknownQueue
+from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobStorage
+from millrace_django.engine import CancelReason, JobContext, UnknownQueue, outcomes
 from millrace_django.ids import new_id
-from millrace_django.runtime.acks import Acknowledger, Result
+from millrace_django.runtime.acks import Acknowledgement, Acknowledger
 from millrace_django.runtime.config import WorkerConfig, check_worker_config
 from millrace_django.runtime.execution import Outcome, cancellation_outcome, run_claimed
 from millrace_django.runtime.heartbeat import Heartbeat
@@ -38,7 +44,7 @@ from millrace_django.runtime.hooks import Hooks
 from millrace_django.runtime.inflight import Execution, InFlight
 from millrace_django.runtime.polling import Backoff, Wakeup
 from millrace_django.runtime.shutdown import StopRequests
-from millrace_django.runtime.threads import JOIN_TIMEOUT, HandlerThreads, LoopThread
+from millrace_django.runtime.threads import JOIN_TIMEOUT, JobPool, LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,8 @@ class WorkerStats:
     worker_id: str
     stopping: bool
     in_flight: int
+    """Jobs held: claimed and not yet written (waiting for a thread, running, or
+    waiting for their acknowledgement)."""
     claimed: int
     """Jobs claimed (each claim of a job counts)."""
     empty_claims: int
@@ -114,12 +122,12 @@ class Worker:
         self._hooks = hooks or Hooks()
         self._tick = tick.total_seconds()
         self._stops = StopRequests()
-        self._in_flight = InFlight(self.concurrency)
+        self._in_flight = InFlight()
         self._tally: Counter[str | JobState] = Counter()
         self._tally_lock = threading.Lock()
         self._started = False
         self._start_lock = threading.Lock()
-        self._threads = HandlerThreads(self.concurrency, "millrace-job")
+        self._pool = JobPool(self.concurrency, "millrace-job", self._execute)
         self._loop = LoopThread("millrace-asyncio")
         self._wakeup = Wakeup(storage, self.queues, "millrace-wakeup")
         self._heartbeat = Heartbeat(
@@ -163,6 +171,7 @@ class Worker:
             "graceful" if count == 1 else "immediate",
         )
         self._wakeup.set()
+        self._pool.wake()
         self._in_flight.notify()
 
     def heartbeat(self) -> None:
@@ -194,7 +203,7 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------
 
     def _start(self) -> None:
-        self._threads.start()
+        self._pool.start()
         self._loop.start()
         self._acks.start()
         self._wakeup.start()
@@ -208,9 +217,11 @@ class Worker:
         )
 
     def _shut_down(self) -> None:
-        """Phase one drains, phase two cancels and releases; then the threads stop."""
+        """Release what never started; phase one drains, phase two cancels and
+        releases; then the threads stop."""
         if not self._stops.requested:
             self._stops.request()  # the claim loop ended by an error
+        self._release_unstarted()
         self._await_idle(self._config.shutdown_timeout)
         running = self._in_flight.running()
         if running:
@@ -224,9 +235,16 @@ class Worker:
         self._maintenance_done.set()
         self._maintenance.join(JOIN_TIMEOUT)
         self._wakeup.close()
-        self._threads.close()
+        self._pool.close()
         self._loop.close()
         logger.info("worker %s stopped", self.worker_id)
+
+    def _release_unstarted(self) -> None:
+        """Give back, fenced and without spending budget, the prefetched jobs no thread
+        started: another worker may run them at once."""
+        for execution in self._pool.hold():
+            if execution.settle_unstarted():
+                self._acks.submit(execution, outcomes.released(execution.job))
 
     def _await_idle(self, limit: timedelta) -> None:
         """Wait up to ``limit`` for every held job to be written, unless told to hurry."""
@@ -241,20 +259,26 @@ class Worker:
     def _claim_loop(self, until_idle: bool) -> None:
         backoff = Backoff(self._config.poll_min, self._config.poll_max)
         ceiling = self._config.poll_max.total_seconds()
-        in_flight = self._in_flight
-        while not self._stops.requested:
-            if not in_flight.wait_until(
-                lambda: in_flight.free() > 0 or self._stops.requested, ceiling
-            ):
+        batch = self._config.claim_batch
+        pool, in_flight, stops = self._pool, self._in_flight, self._stops
+        while not stops.requested:
+            want, queued, window = pool.demand(batch)
+            # Threads idle: claim whatever fits. Jobs still queued here: wait until a
+            # claim can fetch a worthwhile share of the window, so claims stay batches.
+            needed = 1 if queued == 0 else max(1, min(batch, window) // 2)
+            if want < needed:
+                pool.wait_for_room(batch, needed, ceiling)
                 continue
-            if self._stops.requested:
-                break
             self._wakeup.clear()  # a hint arriving during the claim must not be lost
-            claimed = self._claim(in_flight.free())
+            claimed = self._claim(want)
             if claimed:
                 backoff.reset()
-                for job in claimed:
-                    self._dispatch(job)
+                self._dispatch(claimed)
+                if len(claimed) < want and not until_idle:
+                    # Fewer than asked: nothing else is claimable now. Wait for a hint
+                    # (one that came during the claim is still pending) instead of
+                    # paying for an empty claim.
+                    self._wakeup.wait(backoff.next())
                 continue
             if claimed is not None:
                 self._count("empty_claims")
@@ -262,18 +286,16 @@ class Worker:
                     if in_flight.count() == 0:
                         self.request_stop()
                         break
-                    in_flight.wait_until(
-                        lambda: in_flight.count() == 0 or self._stops.requested, ceiling
-                    )
+                    in_flight.wait_until(lambda: in_flight.count() == 0 or stops.requested, ceiling)
                     continue
             self._wakeup.wait(backoff.next())
 
-    def _claim(self, free: int) -> list[JobRecord] | None:
-        """Claim up to ``free`` jobs; ``None`` if the claim failed (logged)."""
+    def _claim(self, count: int) -> list[JobRecord] | None:
+        """Claim up to ``count`` jobs; ``None`` if the claim failed (logged)."""
         request = ClaimRequest(
             worker_id=self.worker_id,
             queues=self.queues,
-            max_count=min(free, self._config.claim_batch),
+            max_count=count,
             lease=self._config.lease,
         )
         try:
@@ -285,22 +307,27 @@ class Worker:
             )
             return None
 
-    def _dispatch(self, job: JobRecord) -> None:
-        now = self._clock.now()
-        context = JobContext.for_job(job, self._clock, storage=self._storage)
-        execution = Execution(job, context, started_at=now)
-        replaced = self._in_flight.add(execution)
-        self._count("claimed")
-        if replaced is not None:
-            replaced.cancel(CancelReason.SUPERSEDED, now)
-            self._abandon(replaced)
-        self._threads.submit(functools.partial(self._execute, execution))
+    def _dispatch(self, claimed: list[JobRecord]) -> None:
+        storage, clock = self._storage, self._clock
+        executions = [
+            Execution(job, JobContext.for_job(job, clock, storage=storage)) for job in claimed
+        ]
+        replaced = self._in_flight.add_all(executions)
+        self._count("claimed", len(executions))
+        if replaced:
+            now = clock.now()
+            for execution in replaced:
+                execution.cancel(CancelReason.SUPERSEDED, now)
+                self._abandon(execution)
+        self._pool.submit(executions)
 
     # -- running --------------------------------------------------------------------------
 
     def _execute(self, execution: Execution) -> bool:
         """Run one job on a pool thread; ``False`` if it was abandoned meanwhile (its
         replacement thread took over, so this one retires)."""
+        if not execution.begin(self._clock):
+            return True  # settled before it started (superseded, or its cancel came first)
         outcome: Outcome | None = None
         try:
             with self._hooks.around_job():
@@ -335,11 +362,15 @@ class Worker:
         return True
 
     def _abandon(self, execution: Execution) -> None:
-        """Decide for an execution whose function is still running; its thread is
-        replaced and whatever it returns later is discarded."""
+        """Decide for an execution without its function: one that never started is
+        settled by its cancellation; one still running has its thread replaced, and
+        whatever it returns later is discarded."""
+        if execution.settle_unstarted():
+            self._settle_cancelled(execution)
+            return
         if not execution.settle():
             return
-        self._threads.add_thread()
+        self._pool.replace_stuck()
         self._count("abandoned")
         logger.warning(
             "job %s attempt %d still runs after its cancellation (%s); abandoning it, "
@@ -348,21 +379,26 @@ class Worker:
             execution.job.attempt,
             execution.context.cancel_reason,
         )
+        self._settle_cancelled(execution)
+
+    def _settle_cancelled(self, execution: Execution) -> None:
         transition = cancellation_outcome(
             execution.job, execution.context, clock=self._clock, config=self._config
         )
         self._acks.submit(execution, transition)
 
-    def _acknowledged(
-        self, execution: Execution, transition: JobTransition | None, result: Result
-    ) -> None:
-        if result is True and transition is not None:
-            self._count(transition.target)
-        elif result is False:
-            self._count("fence_lost")
-        elif result is not None:
-            self._count("refused")
-        self._in_flight.remove(execution)
+    def _acknowledged(self, batch: list[Acknowledgement]) -> None:
+        tally: Counter[str | JobState] = Counter()
+        for _, transition, result in batch:
+            if result is True and transition is not None:
+                tally[transition.target] += 1
+            elif result is False:
+                tally["fence_lost"] += 1
+            elif result is not None:
+                tally["refused"] += 1
+        with self._tally_lock:
+            self._tally.update(tally)
+        self._in_flight.remove_all(execution for execution, _, _ in batch)
 
     # -- maintenance ----------------------------------------------------------------------
 
@@ -387,7 +423,10 @@ class Worker:
                 execution.cancel(CancelReason.TIMEOUT, now)
             if execution.overran(now, self._config.shutdown_grace):
                 self._abandon(execution)
+            elif execution.cancelled and execution.settle_unstarted():
+                # Cancelled while it waited for a thread: decide without running it.
+                self._settle_cancelled(execution)
 
-    def _count(self, key: str | JobState) -> None:
+    def _count(self, key: str | JobState, n: int = 1) -> None:
         with self._tally_lock:
-            self._tally[key] += 1
+            self._tally[key] += n

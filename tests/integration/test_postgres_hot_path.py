@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -62,7 +63,20 @@ def _stored() -> int:
 def test_a_large_batch_is_stored_in_batch_order_and_announced(
     storage: DjangoStorage, clock: FakeClock
 ) -> None:
-    batch = [make_job(clock, queue="bulk", priority=0, timeout=timedelta(seconds=90))]
+    rich = make_job(
+        clock,
+        queue="bulk",
+        timeout=timedelta(days=1, seconds=90, microseconds=5),
+        trace_parent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        recurring_id="nightly",
+        requeued_from=uuid4(),
+        workflow_instance_id=uuid4(),
+        activity_node_id="node",
+        last_error="before",
+        progress={"done": 1, "of": [2, "three"]},
+        result={"kept": None},
+    )
+    batch = [rich]
     batch += [make_job(clock, queue="bulk") for _ in range(LARGE - 2)]
     batch.append(make_job(clock, queue="later", state=JobState.SCHEDULED, due_at=clock.now()))
     listener = storage.listen({"bulk"})
@@ -136,6 +150,19 @@ def test_held_keys_answer_their_holders_and_the_rest_is_inserted(
 
     assert storage.enqueue(batch) == [tenanted.id, batch[1].id, untenanted.id, batch[3].id]
     assert _stored() == 4
+
+
+def test_held_keys_are_found_by_their_scope_digest_where_the_storage_keeps_one(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """The look-up a server without NULLS NOT DISTINCT (before 15) gets, run here."""
+    storage._jobs._ctx.__dict__["track_scope"] = True
+    holder = make_job(clock, idempotency_key="k")
+    assert storage.enqueue([holder]) == [holder.id]
+    batch = [make_job(clock, idempotency_key="k"), make_job(clock, idempotency_key="k2")]
+
+    assert storage.enqueue(batch) == [holder.id, batch[1].id]
+    assert _stored() == 2
 
 
 def test_acknowledgements_waking_continuations_race_awaiting_inserts_safely(

@@ -52,10 +52,12 @@ class OrmJobs:
     def enqueue(self, jobs: Sequence[JobRecord]) -> list[UUID]:
         if not jobs:
             return []
-        one_statement = self._ctx.vendor.hot_path.insert_is_one_statement(
-            self._ctx, jobs
-        ) and not any(job.state is JobState.AWAITING for job in jobs)
-        return self._ctx.tx.write(lambda: insert_jobs(self._ctx, jobs), one_statement=one_statement)
+        awaiting = any(job.state is JobState.AWAITING for job in jobs)
+        hot_path = self._ctx.vendor.hot_path
+        return self._ctx.tx.write(
+            lambda: insert_jobs(self._ctx, jobs),
+            one_statement=not awaiting and hot_path.insert_is_one_statement(self._ctx, jobs),
+        )
 
     # -- claims and leases -------------------------------------------------------------
 

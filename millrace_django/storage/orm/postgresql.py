@@ -17,6 +17,8 @@ import re
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -32,13 +34,20 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    RetrySpec,
 )
 from millrace_django.errors import DuplicateJobId
-from millrace_django.models import AttemptOutcomeCode, Job, JobAttempt, job_codes
+from millrace_django.models import JOB_STATE_CODES, AttemptOutcomeCode, Job, JobAttempt, job_codes
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath
-from millrace_django.storage.orm.rows import active_scope, job_record_of, job_values
+from millrace_django.storage.orm.rows import (
+    active_scope,
+    arguments_json,
+    job_record_of,
+    job_values,
+    retry_json,
+)
 from millrace_django.storage.orm.transactions import InsertConflict
 
 LOST_PREPARED_STATEMENT = "26000"
@@ -217,7 +226,9 @@ _COMPLETE_ONLY = _Statement("complete", _COMPLETE, _COMPLETE_PARAMETERS)
 # so the acknowledgement's snapshot, taken after that lock, sees every continuation an
 # enqueue committed while holding it (an enqueue fixes a continuation up under its
 # parent's row lock).
-_LOCK_PARENTS = f"SELECT FROM {_JOBS} WHERE uuid = ANY(%(parents)s::uuid[]) ORDER BY uuid FOR UPDATE"
+_LOCK_PARENTS = (
+    f"SELECT FROM {_JOBS} WHERE uuid = ANY(%(parents)s::uuid[]) ORDER BY uuid FOR UPDATE"
+)
 _COMPLETE_AND_WAKE = _Statement(
     "complete_wake",
     f"""
@@ -249,9 +260,19 @@ _JSON = JSONField()
 # large batch without scopes is copied in (COPY ... FROM STDIN) after its pg_notify, in a
 # transaction: three more round trips, paid once per batch.
 _INSERTED = [f for f in _FIELDS if not f.primary_key]
-_INSERTED_NAMES = [f.attname for f in _INSERTED]
-_INSERTED_COLUMNS = ", ".join(_q(name) for name in _INSERTED_NAMES)
-_INSERTED_JSON = [f.attname for f in _INSERTED if isinstance(f, JSONField)]
+_INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED)
+# COPY takes its columns in any order: those a record holds as they are stored first, as
+# one attrgetter reads them, then those converted (rows.job_values says how).
+_AS_STORED = [
+    "queue", "priority", "timeout", "created_at", "due_at", "worker_id", "lease_until",
+    "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
+    "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
+    "workflow_instance_id", "activity_node_id",
+]  # fmt: skip
+_CONVERTED = ["uuid", "state", "target", "arguments", "retry", "key_scope", "result", "progress"]
+assert sorted(_AS_STORED + _CONVERTED) == sorted(f.attname for f in _INSERTED)
+_as_stored = attrgetter(*_AS_STORED)
+_COPY = f"COPY {_JOBS} ({', '.join(_q(name) for name in _AS_STORED + _CONVERTED)}) FROM STDIN"
 _INSERT_PLAIN = """
 WITH inserted AS (
     INSERT INTO {jobs} ({columns})
@@ -291,7 +312,6 @@ _HELD_BY_SCOPE = f"""
     FROM input AS i JOIN {_JOBS} AS j ON j.key_scope = i.key_scope
     WHERE j.key_scope IS NOT NULL"""
 _NOTIFY = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS queue"
-_COPY = f"COPY {_JOBS} ({_INSERTED_COLUMNS}) FROM STDIN"
 COPY_AT_LEAST = 500
 """Batches of this many jobs or more, claiming no idempotency scope, are copied in."""
 
@@ -332,12 +352,19 @@ _encode_rows = json.JSONEncoder(default=_json_value, separators=(",", ":")).enco
 _encode_json = json.JSONEncoder().encode  # as JSONField stores a value
 
 
+@lru_cache(maxsize=64)
+def _retry_text(retry: RetrySpec) -> str:
+    """A retry policy as stored (most jobs share a few policies)."""
+    return _encode_json(retry_json(retry))
+
+
 def _insert_error(error: IntegrityError, jobs: Sequence[JobRecord]) -> Exception:
     """What a unique violation of an enqueue means: a holder of a key that committed
     after the statement's snapshot (replay the call: its look-up will see it), or a
     stored job id (the first the insert met, in batch order)."""
     diag = getattr(error.__cause__, "diag", None)
-    if diag is not None and diag.constraint_name != _ACTIVE_KEY:
+    unique = getattr(error.__cause__, "sqlstate", None) == "23505"
+    if unique and diag is not None and diag.constraint_name != _ACTIVE_KEY:
         ids = {job.id for job in jobs}
         for found in _UUID.findall(diag.message_detail or ""):
             if UUID(found) in ids:
@@ -390,24 +417,26 @@ class PostgresHotPath:
         params: Mapping[str, Any],
         before: str = "",
     ) -> None:
-        """Run ``statement`` (after ``before``, a statement of the same message), leaving
-        ``cursor`` on its rows."""
-        if not self.prepare:
+        """Run ``statement`` (after ``before``, in the same message where messages can
+        carry several statements), leaving ``cursor`` on its rows."""
+        if not self.several_statements:
             if before:
                 cursor.execute(before, params)
             cursor.execute(statement.sql, params)
             return
-        prepared = _prepared_here(connection)
-        message = statement.execute
-        if statement.name not in prepared:
-            prepared.add(statement.name)  # PREPARE is not undone by a rollback
-            message = f"{statement.prepare}; {message}"
-        if before:
-            message = f"{before}; {message}"
+        parts = [before] if before else []
+        prepared = _prepared_here(connection) if self.prepare else None
+        if prepared is None:
+            parts.append(statement.sql)
+        else:
+            if statement.name not in prepared:
+                prepared.add(statement.name)  # PREPARE is not undone by a rollback
+                parts.append(statement.prepare)
+            parts.append(statement.execute)
         try:
-            cursor.execute(message, params)
+            cursor.execute("; ".join(parts), params)
         except DatabaseError as error:
-            if _sqlstate(error) == LOST_PREPARED_STATEMENT:
+            if prepared is not None and _sqlstate(error) == LOST_PREPARED_STATEMENT:
                 prepared.clear()
             raise
         while cursor.nextset():  # to the last statement's rows
@@ -456,11 +485,7 @@ class PostgresHotPath:
         with connection.cursor() as cursor:
             if parents:
                 params |= {"parents": parents, "channel": channel}
-                if self.several_statements:
-                    self._run(connection, cursor, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
-                else:
-                    cursor.execute(_LOCK_PARENTS, params)
-                    self._run(connection, cursor, _COMPLETE_AND_WAKE, params)
+                self._run(connection, cursor, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
             else:
                 self._run(connection, cursor, _COMPLETE_ONLY, params)
             won = {uuid for uuid, _ in cursor.fetchall() if uuid is not None}
@@ -532,14 +557,25 @@ class PostgresHotPath:
         jobs: Sequence[JobRecord],
     ) -> None:
         queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
-        track_scope = ctx.track_scope
         with connection.cursor() as cursor:
             # First, so that it also carries the transaction's statement timeout.
             cursor.execute(_NOTIFY, [channel, queues])
             with connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
                 for job in jobs:
-                    values = job_values(job, track_scope=track_scope)
-                    for name in _INSERTED_JSON:
-                        if values[name] is not None:
-                            values[name] = _encode_json(values[name])
-                    copy.write_row([values[name] for name in _INSERTED_NAMES])
+                    copy.write_row(_copy_row(job, ctx.track_scope))
+
+
+def _copy_row(job: JobRecord, track_scope: bool) -> tuple[Any, ...]:
+    """``job``'s row in ``_COPY``'s column order: what :func:`job_values` stores."""
+    invocation = job.invocation
+    return (
+        *_as_stored(job),
+        job.id,
+        JOB_STATE_CODES[job.state],
+        invocation.target,
+        _encode_json(arguments_json(invocation)),
+        _retry_text(job.retry),
+        active_scope(job) if track_scope else None,
+        None if job.result is None else _encode_json(job.result),
+        None if job.progress is None else _encode_json(job.progress),
+    )

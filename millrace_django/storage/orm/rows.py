@@ -30,6 +30,7 @@ from millrace_django.models import (
 )
 
 _MICROSECOND = timedelta(microseconds=1)
+_JOB_FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 
 def key_digest(tenant_id: str | None, key: str) -> str:
@@ -115,7 +116,7 @@ def job_row(job: JobRecord, *, track_scope: bool) -> Job:
 
 def job_record(row: Job, **changes: Any) -> JobRecord:
     """The record a row stores, with ``changes`` applied on top (e.g. a claim's lease)."""
-    return job_record_of(vars(row), **changes)
+    return job_record_of({name: getattr(row, name) for name in _JOB_FIELDS}, **changes)
 
 
 def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:

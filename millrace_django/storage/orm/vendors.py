@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any
 from uuid import UUID
 
 from django.db import DatabaseError
@@ -22,7 +22,11 @@ from django.db.models.functions import Cast
 
 from millrace_django.storage.orm.hotpath import HotPath, OrmHotPath
 from millrace_django.storage.orm.notify import LocalWakeups, PostgresWakeups, Wakeups
-from millrace_django.storage.orm.postgresql import PostgresHotPath
+from millrace_django.storage.orm.postgresql import (
+    DUPLICATE_PREPARED_STATEMENT,
+    LOST_PREPARED_STATEMENT,
+    PostgresHotPath,
+)
 
 _SQLITE_PROGRESS_STEPS = 10_000
 _MARIADB_BOUNDED = ("SELECT", "INSERT", "UPDATE", "DELETE")
@@ -39,11 +43,8 @@ class Vendor:
     """Whether a storage call that is one statement may run it alone in autocommit
     (bounded all the same), instead of inside a transaction of its own."""
 
-    multi_statement_messages: bool = False
-    """Whether one ``cursor.execute`` may carry several statements (``a; b``)."""
-
-    hot_path: ClassVar[HotPath] = OrmHotPath()
-    """The claim and acknowledgement statements (stateless)."""
+    hot_path: HotPath = OrmHotPath()
+    """The claim, acknowledgement and insert statements."""
 
     @classmethod
     def for_connection(cls, connection: BaseDatabaseWrapper) -> Vendor:
@@ -98,20 +99,28 @@ class PostgreSQL(Vendor):
     ``OPTIONS["server_side_binding"]`` (which cannot send two statements at once) every
     call runs in a transaction that starts with ``set_config``, one round trip more."""
 
-    _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock
+    _TRANSIENT_SQLSTATES = frozenset(
+        {
+            "40001",  # serialization_failure
+            "40P01",  # deadlock_detected
+            LOST_PREPARED_STATEMENT,  # the session is not the one we prepared in
+            DUPLICATE_PREPARED_STATEMENT,  # ... or it is one we prepared in before
+        }
+    )
 
-    hot_path = PostgresHotPath()
-
-    def __init__(self, *, client_binding: bool = True) -> None:
+    def __init__(self, *, client_binding: bool = True, prepare: bool = True) -> None:
         self.client_binding = client_binding
         self.reads_in_transaction = not client_binding
         self.autocommit_statements = client_binding
-        self.multi_statement_messages = client_binding
+        self.hot_path = PostgresHotPath(several_statements=client_binding, prepare=prepare)
 
     @classmethod
     def for_connection(cls, connection: BaseDatabaseWrapper) -> Vendor:
-        options = connection.settings_dict.get("OPTIONS", {})
-        return cls(client_binding=options.get("server_side_binding") is not True)
+        settings = connection.settings_dict
+        return cls(
+            client_binding=settings.get("OPTIONS", {}).get("server_side_binding") is not True,
+            prepare=not settings.get("DISABLE_SERVER_SIDE_CURSORS"),
+        )
 
     @contextmanager
     def statement_timeout(

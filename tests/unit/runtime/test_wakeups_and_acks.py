@@ -95,12 +95,14 @@ def test_finished_jobs_are_acknowledged_together_in_one_apply_many_call(clock: F
     acknowledged: list[tuple[JobState | None, Result]] = []
     acks = Acknowledger(
         storage,
-        on_acknowledged=lambda _, t, result: acknowledged.append((t.target if t else None, result)),
+        on_acknowledged=lambda batch: acknowledged.extend(
+            (t.target if t else None, result) for _, t, result in batch
+        ),
         around_turn=nullcontext,
         name="test-acks",
     )
     for job in claimed:
-        execution = Execution(job, JobContext.for_job(job, clock), started_at=clock.now())
+        execution = Execution(job, JobContext.for_job(job, clock))
         acks.submit(execution, outcomes.succeeded(job, None, clock=clock, config=config))
     assert acks.flush() == 3
     assert storage.batches == [3]
@@ -118,11 +120,11 @@ def test_a_transition_whose_fence_was_lost_is_reported_and_changes_nothing(
     results: list[Result] = []
     acks = Acknowledger(
         storage,
-        on_acknowledged=lambda _, __, result: results.append(result),
+        on_acknowledged=lambda batch: results.extend(result for _, _, result in batch),
         around_turn=nullcontext,
         name="test-acks",
     )
-    execution = Execution(mine, JobContext.for_job(mine, clock), started_at=clock.now())
+    execution = Execution(mine, JobContext.for_job(mine, clock))
     acks.submit(execution, outcomes.succeeded(mine, None, clock=clock, config=config))
     acks.flush()
     assert results == [False]
@@ -140,13 +142,13 @@ def test_an_attempt_finishing_after_the_acknowledger_stopped_is_still_written(
     results: list[Result] = []
     acks = Acknowledger(
         storage,
-        on_acknowledged=lambda _, __, result: results.append(result),
+        on_acknowledged=lambda batch: results.extend(result for _, _, result in batch),
         around_turn=nullcontext,
         name="test-acks",
     )
     acks.start()
     acks.close()
-    execution = Execution(job, JobContext.for_job(job, clock), started_at=clock.now())
+    execution = Execution(job, JobContext.for_job(job, clock))
     acks.submit(execution, outcomes.succeeded(job, "late", clock=clock, config=config))
     assert results == [True]
 
