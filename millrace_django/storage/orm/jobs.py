@@ -21,6 +21,7 @@ from millrace_django.contract import (
     JobTransition,
     ProgressReport,
     RecurringRecord,
+    WorkerHeartbeat,
 )
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
@@ -97,7 +98,7 @@ class OrmJobs:
 
     def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
         """Plain successes are acknowledged together by the hot path; every other
-        transition (and any job named twice) gets its own transaction, afterwards."""
+        transition (and any job named twice) follows, each in its own savepoint."""
         outcomes: list[bool | StorageError | None] = [None] * len(transitions)
         named = Counter(t.job_id for t in transitions)
         batched = {
@@ -114,13 +115,26 @@ class OrmJobs:
             )
             for position, ok in zip(batched.values(), won, strict=True):
                 outcomes[position] = ok
-        for position, t in enumerate(transitions):
-            if outcomes[position] is None:
-                try:
-                    outcomes[position] = self.apply(t)
-                except StorageError as error:
-                    outcomes[position] = error
+        rest = [position for position, outcome in enumerate(outcomes) if outcome is None]
+        if rest:
+            for position, outcome in self._ctx.tx.write(
+                lambda: self._apply_each(transitions, rest)
+            ).items():
+                outcomes[position] = outcome
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def _apply_each(
+        self, transitions: Sequence[JobTransition], positions: Sequence[int]
+    ) -> dict[int, bool | StorageError]:
+        """Each transition in a savepoint of one shared transaction: a refused one rolls
+        back alone, and the batch pays one commit instead of one per transition."""
+        outcomes: dict[int, bool | StorageError] = {}
+        for position in positions:
+            try:
+                outcomes[position] = self.apply(transitions[position])
+            except StorageError as error:
+                outcomes[position] = error
+        return outcomes
 
     def report_progress(self, report: ProgressReport) -> bool:
         def store() -> bool:
@@ -244,6 +258,84 @@ class OrmJobs:
             return deleted
 
         return self._ctx.tx.write(purge)
+
+    def delete_job(self, job_id: UUID) -> bool:
+        def delete() -> bool:
+            deleted, _ = self._ctx.jobs().filter(uuid=job_id, state__in=_TERMINAL).delete()
+            return deleted > 0
+
+        return self._ctx.tx.write(delete)
+
+    # -- paused queues and the worker registry -----------------------------------------
+
+    def pause_queue(self, queue: str) -> None:
+        def pause() -> None:
+            if self._ctx.paused().filter(queue=queue).exists():
+                return
+            try:
+                self._ctx.paused().create(queue=queue, paused_at=self._ctx.clock.now())
+            except IntegrityError as error:  # a concurrent pause won: replayed, a no-op
+                raise InsertConflict(str(error)) from error
+
+        self._ctx.tx.write(pause)
+
+    def resume_queue(self, queue: str) -> None:
+        def resume() -> None:
+            deleted, _ = self._ctx.paused().filter(queue=queue).delete()
+            if deleted:
+                self._ctx.tx.enqueued([queue])
+
+        self._ctx.tx.write(resume)
+
+    def paused_queues(self) -> set[str]:
+        return self._ctx.tx.read(
+            lambda: set(self._ctx.paused().values_list("queue", flat=True))
+        )
+
+    def record_worker_heartbeat(self, heartbeat: WorkerHeartbeat) -> None:
+        fields = {
+            "hostname": heartbeat.hostname,
+            "pid": heartbeat.pid,
+            "queues": sorted(heartbeat.queues),
+            "concurrency": heartbeat.concurrency,
+            "in_flight": heartbeat.in_flight,
+            "started_at": heartbeat.started_at,
+            "seen_at": heartbeat.seen_at,
+        }
+
+        def upsert() -> None:
+            if self._ctx.workers().filter(worker_id=heartbeat.worker_id).update(**fields):
+                return
+            try:
+                self._ctx.workers().create(worker_id=heartbeat.worker_id, **fields)
+            except IntegrityError as error:  # created meanwhile: replayed as an update
+                raise InsertConflict(str(error)) from error
+
+        self._ctx.tx.write(upsert)
+
+    def list_workers(self) -> list[WorkerHeartbeat]:
+        rows = self._ctx.tx.read(
+            lambda: list(self._ctx.workers().order_by("-seen_at", "worker_id"))
+        )
+        return [
+            WorkerHeartbeat(
+                worker_id=row.worker_id,
+                hostname=row.hostname,
+                pid=row.pid,
+                queues=frozenset(row.queues),
+                concurrency=row.concurrency,
+                in_flight=row.in_flight,
+                started_at=row.started_at,
+                seen_at=row.seen_at,
+            )
+            for row in rows
+        ]
+
+    def forget_workers(self, seen_before: datetime) -> int:
+        deleted, _ = self._ctx.tx.write(
+            lambda: self._ctx.workers().filter(seen_at__lt=seen_before).delete()
+        )
+        return deleted
 
     # -- recurring ---------------------------------------------------------------------
 
