@@ -6,6 +6,7 @@ code never wires storage itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -19,9 +20,19 @@ def continue_with(parent_id: UUID, job: JobLike, /, *args: Any, **kwargs: Any) -
     return default_client().continue_with(parent_id, job, *args, **kwargs)
 
 
-def batch() -> Batch:
-    """``with jobs.batch() as b: b.enqueue(...)``: all jobs are stored together or none."""
-    return default_client().batch()
+def batch(
+    on_complete: JobLike | None = None,
+    *,
+    on_complete_args: Sequence[Any] = (),
+    on_complete_kwargs: Mapping[str, Any] | None = None,
+) -> Batch:
+    """``with jobs.batch() as b: b.enqueue(...)``: all jobs are stored together or none.
+
+    ``on_complete=fn`` runs ``fn(*on_complete_args, **on_complete_kwargs, batch_id=...,
+    succeeded=..., dead=..., cancelled=...)`` once every job of the batch is terminal."""
+    return default_client().batch(
+        on_complete, on_complete_args=on_complete_args, on_complete_kwargs=on_complete_kwargs
+    )
 
 
 def upsert_recurring(recurring_id: str, job: JobLike, /, **options: Any) -> None:

@@ -7,6 +7,7 @@ with ids and ``created_at`` from the injected clock and the ambient tenant.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -16,11 +17,20 @@ from uuid import UUID
 from millrace_django.clock import Clock
 from millrace_django.contract import (
     TERMINAL_JOB_STATES,
+    Invocation,
     JobRecord,
     JobState,
     JobStorage,
     RecurringRecord,
     RetrySpec,
+)
+from millrace_django.engine.batches import (
+    CALLBACK_KEYWORDS,
+    COUNT_NAMES,
+    FIRST_POLL,
+    Callback,
+    watcher_record,
+    zero_counts,
 )
 from millrace_django.engine.config import EngineConfig
 from millrace_django.engine.cron import CronSchedule
@@ -101,10 +111,28 @@ class JobClient:
         )
         return self.storage.enqueue([record])[0]
 
-    def batch(self) -> Batch:
+    def batch(
+        self,
+        on_complete: JobLike | None = None,
+        *,
+        on_complete_args: Sequence[Any] = (),
+        on_complete_kwargs: Mapping[str, Any] | None = None,
+    ) -> Batch:
         """A context manager collecting enqueues and schedules, stored all-or-nothing on
-        a clean exit (nothing on an exception); ids are then in ``batch.ids``."""
-        return Batch(self)
+        a clean exit (nothing on an exception); ids are then in ``batch.ids``.
+
+        ``on_complete`` names a job run once every job of the batch is terminal, called
+        with ``on_complete_args``/``on_complete_kwargs`` plus the keywords ``batch_id``
+        (``str(batch.id)``), ``succeeded``, ``dead`` and ``cancelled`` (the counts). The
+        call is validated here, before anything is written (see
+        :mod:`millrace_django.engine.batches`).
+        """
+        return Batch(
+            self,
+            on_complete=on_complete,
+            on_complete_args=on_complete_args,
+            on_complete_kwargs=on_complete_kwargs,
+        )
 
     # -- recurring ------------------------------------------------------------------------
 
@@ -284,15 +312,38 @@ class Batch:
 
     Continuations cannot be batched. Two items with the same (tenant, idempotency key)
     are refused as soon as the second is added, before anything is written.
+
+    With a completion callback, a watcher job is stored with the items (same atom); it
+    enqueues the callback once they are all terminal. Such a batch refuses items with an
+    idempotency key (a deduplicated item would not be the job the watcher waits for),
+    and an empty one enqueues the callback at once with zero counts.
     """
 
-    def __init__(self, client: JobClient) -> None:
+    def __init__(
+        self,
+        client: JobClient,
+        *,
+        on_complete: JobLike | None = None,
+        on_complete_args: Sequence[Any] = (),
+        on_complete_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self._client = client
         self._jobs: list[JobRecord] = []
         self._scopes: set[tuple[str | None, str]] = set()
         self._open = True
+        self.id: UUID = new_id(client.clock)
+        """This batch's id, passed to the completion callback as ``batch_id`` (a str)."""
         self.ids: list[UUID] = []
         """The effective ids, positionally, once the batch is stored."""
+        self.tenant = current_tenant()
+        """The tenant the watcher and the callback run in (ambient at creation)."""
+        self._callback: Callback | None = None
+        if on_complete is not None:
+            self._callback = self._bind_callback(
+                on_complete, on_complete_args, on_complete_kwargs or {}
+            )
+        elif on_complete_args or on_complete_kwargs:
+            raise ValueError("on_complete_args/on_complete_kwargs need on_complete=")
 
     def __enter__(self) -> Batch:
         return self
@@ -304,8 +355,59 @@ class Batch:
         tb: TracebackType | None,
     ) -> None:
         self._open = False
-        if exc_type is None and self._jobs:
-            self.ids = self._client.storage.enqueue(self._jobs)
+        if exc_type is None:
+            self._store()
+
+    def _store(self) -> None:
+        storage, clock, callback = self._client.storage, self._client.clock, self._callback
+        if callback is None:
+            if self._jobs:
+                self.ids = storage.enqueue(self._jobs)
+            return
+        batch_id = str(self.id)
+        if not self._jobs:
+            storage.enqueue(
+                [callback.record(batch_id, zero_counts(), tenant=self.tenant, clock=clock)]
+            )
+            return
+        watcher = watcher_record(
+            batch_id,
+            [str(record.id) for record in self._jobs],
+            zero_counts(),
+            callback,
+            delay=FIRST_POLL,
+            tenant=self.tenant,
+            clock=clock,
+        )
+        self.ids = storage.enqueue([*self._jobs, watcher])[: len(self._jobs)]
+
+    def _bind_callback(
+        self, job: JobLike, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Callback:
+        """The callback call, checked as an enqueue would be (placeholder counts)."""
+        definition, options = unpack(job)
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise TypeError(f"on_complete_args must be a sequence; got {args!r}")
+        clashing = sorted(CALLBACK_KEYWORDS & set(kwargs))
+        if clashing:
+            raise ValueError(
+                f"on_complete_kwargs may not set {', '.join(clashing)}: the batch passes them"
+            )
+        placeholders = dict.fromkeys(COUNT_NAMES, 0) | {"batch_id": str(self.id)}
+        capture(definition, tuple(args), {**kwargs, **placeholders})
+        return Callback(
+            # Stored as given (a JSON copy); the counts are added as keywords on completion.
+            invocation=Invocation(
+                target=definition.target,
+                args=tuple(json.loads(json.dumps(list(args)))),
+                kwargs=json.loads(json.dumps(dict(kwargs))),
+            ),
+            queue=self._client.queue(options.queue),
+            priority=options.priority or 0,
+            retry=options.retry or self._client.config.default_retry,
+            timeout=options.timeout,
+            idempotency_key=options.idempotency_key,
+        )
 
     def enqueue(
         self, job: JobLike, /, *args: Any, idempotency_key: str | None = None, **kwargs: Any
@@ -336,6 +438,12 @@ class Batch:
     def _add(self, record: JobRecord) -> int:
         if not self._open:
             raise RuntimeError("this batch is closed; open a new one with client.batch()")
+        if self._callback is not None and record.idempotency_key is not None:
+            raise ValueError(
+                f"a batch with on_complete takes no idempotency keys (got "
+                f"{record.idempotency_key!r}): a deduplicated job is not one the batch "
+                "could wait for"
+            )
         if record.idempotency_key is not None:
             scope = (record.tenant_id, record.idempotency_key)
             if scope in self._scopes:
