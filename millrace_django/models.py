@@ -273,3 +273,37 @@ class Bookmark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.signal_name}|{self.correlation_id}"
+
+
+class PausedQueue(models.Model):
+    """A queue an operator paused: ``claim`` skips it while this row exists."""
+
+    queue = ExactCharField(max_length=200, primary_key=True)
+    paused_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "millrace_paused_queue"
+
+    def __str__(self) -> str:
+        return str(self.queue)
+
+
+class Worker(models.Model):
+    """A worker's registry row, replaced on each heartbeat; for operators only (jobs
+    are recovered by their leases, never by this row)."""
+
+    worker_id = ExactCharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.BigIntegerField()
+    queues = models.JSONField()
+    concurrency = models.IntegerField()
+    in_flight = models.IntegerField()
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "millrace_worker"
+        indexes = [models.Index(name="millrace_worker_seen", fields=["seen_at"])]
+
+    def __str__(self) -> str:
+        return str(self.worker_id)

@@ -12,6 +12,7 @@ from millrace_django.contract.monitoring import (
     DEFAULT_PAGE_SIZE,
     LOG_LINE_CAP,
     MAX_PAGE_SIZE,
+    THROUGHPUT_MINUTES_CAP,
     AttemptOutcome,
     InstanceQuery,
     InstanceSummary,
@@ -25,7 +26,9 @@ from millrace_django.contract.monitoring import (
     RecurringSummary,
     TenantFilter,
     TenantScope,
+    ThroughputPoint,
     clamp_limit,
+    throughput_window,
 )
 from millrace_django.contract.protocols import (
     Capabilities,
@@ -48,6 +51,7 @@ from millrace_django.contract.records import (
     RecurringRecord,
     RetryKind,
     RetrySpec,
+    WorkerHeartbeat,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -83,6 +87,7 @@ __all__ = [
     "PRE_ACTIVE_JOB_STATES",
     "TERMINAL_INSTANCE_STATES",
     "TERMINAL_JOB_STATES",
+    "THROUGHPUT_MINUTES_CAP",
     "TRANSITION_TARGETS",
     "AttemptOutcome",
     "BookmarkRecord",
@@ -119,7 +124,9 @@ __all__ = [
     "StorageError",
     "TenantFilter",
     "TenantScope",
+    "ThroughputPoint",
     "WakeupSubscription",
+    "WorkerHeartbeat",
     "WorkflowCheckpoint",
     "WorkflowInstanceRecord",
     "WorkflowStorage",
@@ -131,4 +138,5 @@ __all__ = [
     "encode_time_text",
     "oldest_kept_attempt",
     "outcome_of",
+    "throughput_window",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import TypeVar
 from uuid import UUID
@@ -21,6 +21,8 @@ MAX_PAGE_SIZE = 200
 ATTEMPT_HISTORY_CAP = 10
 LOG_LINE_CAP = 200
 """Log lines kept per job: the newest ones."""
+THROUGHPUT_MINUTES_CAP = 1440
+"""The widest throughput window, in minutes (a day); a wider one is cut at its start."""
 
 
 def clamp_limit(limit: int) -> int:
@@ -29,6 +31,22 @@ def clamp_limit(limit: int) -> int:
     if limit <= 0:
         return DEFAULT_PAGE_SIZE
     return min(limit, MAX_PAGE_SIZE)
+
+
+def _floor_minute(instant: datetime) -> datetime:
+    return instant.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def throughput_window(since: datetime, until: datetime) -> list[datetime]:
+    """The minutes a throughput read answers for ``(since, until)``: both floored to the
+    minute, at most :data:`THROUGHPUT_MINUTES_CAP` of them (the newest), oldest first."""
+    end = _floor_minute(until)
+    start = max(_floor_minute(since), end - timedelta(minutes=THROUGHPUT_MINUTES_CAP))
+    minutes = []
+    while start < end:
+        minutes.append(start)
+        start += timedelta(minutes=1)
+    return minutes
 
 
 class TenantScope(StrEnum):
@@ -91,6 +109,8 @@ class JobQuery:
     tenant: TenantFilter = field(default_factory=TenantFilter.any)
     created_after: datetime | None = None
     created_before: datetime | None = None
+    target_contains: str | None = None
+    """Case-insensitive (ASCII letters at least) substring of the target; blank: none."""
     cursor: str | None = None
     limit: int = DEFAULT_PAGE_SIZE
 
@@ -218,3 +238,14 @@ class JobStatistics:
     instances_by_state: Mapping[InstanceState, int]
     recurring_definitions: int
     overdue_recurring_definitions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThroughputPoint:
+    """Jobs that reached a terminal state within one UTC minute."""
+
+    minute: datetime
+    """The minute's start (aware UTC, seconds zero)."""
+    succeeded: int
+    failed: int
+    """Jobs that ended ``dead`` (out of retries). Cancelled jobs are not counted."""

@@ -28,6 +28,7 @@ from millrace_django.contract.monitoring import (
     RecurringQuery,
     RecurringSummary,
     TenantFilter,
+    ThroughputPoint,
 )
 from millrace_django.contract.records import (
     BookmarkRecord,
@@ -36,6 +37,7 @@ from millrace_django.contract.records import (
     JobTransition,
     ProgressReport,
     RecurringRecord,
+    WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
 from millrace_django.errors import StorageError
@@ -83,6 +85,8 @@ class JobStorage(Protocol):
         ``attempt + 1``. Order: priority descending, then insertion order, across the
         union of queues. Reclaiming an expired lease records an ``interrupted`` attempt
         for the previous attempt, in the same atom. Returning fewer jobs is conformant.
+        A paused queue (see :meth:`pause_queue`) is skipped: none of its jobs is claimed,
+        enqueued or under an expired lease.
         """
         ...
 
@@ -154,6 +158,42 @@ class JobStorage(Protocol):
     def purge_finished(self, before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal jobs finished before ``before`` (and their
         attempt history), oldest first. Never touches an active job. Returns the count."""
+        ...
+
+    def delete_job(self, job_id: UUID) -> bool:
+        """Delete one terminal job (and its attempt history, progress and logs) in one
+        atom. An active job or an unknown id: ``False``, nothing changes."""
+        ...
+
+    def pause_queue(self, queue: str) -> None:
+        """Mark ``queue`` paused: from the next :meth:`claim` on, none of its jobs is
+        claimed, whatever their state. Idempotent. Jobs already ``processing`` are not
+        touched (they finish, fail or are released as usual); enqueueing into a paused
+        queue still works. The mark is durable and shared by every worker."""
+        ...
+
+    def resume_queue(self, queue: str) -> None:
+        """Lift the pause of ``queue`` (a no-op if it is not paused); its claimable jobs
+        are claimable again from the next :meth:`claim` on."""
+        ...
+
+    def paused_queues(self) -> set[str]:
+        """The queues paused now."""
+        ...
+
+    def record_worker_heartbeat(self, heartbeat: WorkerHeartbeat) -> None:
+        """Insert or replace the registry row of ``heartbeat.worker_id`` with every
+        field of ``heartbeat``. The registry is informational: nothing in the contract
+        reads it to decide ownership (an absent worker's jobs come back by their
+        leases)."""
+        ...
+
+    def list_workers(self) -> list[WorkerHeartbeat]:
+        """Every registry row, most recently seen first (ties by ``worker_id``)."""
+        ...
+
+    def forget_workers(self, seen_before: datetime) -> int:
+        """Delete the rows with ``seen_at < seen_before``; how many were deleted."""
         ...
 
     def upsert_recurring(self, record: RecurringRecord) -> None:
@@ -268,6 +308,16 @@ class MonitoringStorage(Protocol):
 
     def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
         """Newest first (``created_at``, then id, descending); keyset-paged."""
+        ...
+
+    def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
+        """Jobs that ended ``succeeded`` or ``dead`` per UTC minute, counted by their
+        ``finished_at``, for each minute ``m`` with ``floor(since) <= m < floor(until)``
+        (both bounds floored to the minute), oldest first, zeros included. A window
+        wider than :data:`~millrace_django.contract.monitoring.THROUGHPUT_MINUTES_CAP`
+        minutes keeps its newest minutes. Jobs purged or deleted are no longer counted.
+        Cost is bounded by the jobs finished within the window (a range of the finished
+        jobs' index), never by the table's size."""
         ...
 
 

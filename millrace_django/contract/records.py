@@ -182,3 +182,23 @@ class RecurringRecord:
     priority: int = 0
     tenant_id: str | None = None
     last_fire_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerHeartbeat:
+    """One worker's row in the registry, written on each of its heartbeats.
+
+    The registry is for operators only: a worker's jobs are recovered by their leases,
+    never by its row (a row may outlive its worker, or a worker its row).
+    """
+
+    worker_id: str
+    hostname: str
+    pid: int
+    queues: frozenset[str]
+    concurrency: int
+    in_flight: int
+    """Jobs the worker held when it sent this heartbeat."""
+    started_at: datetime
+    seen_at: datetime
+    """The worker's clock at this heartbeat."""

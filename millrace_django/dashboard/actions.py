@@ -32,6 +32,12 @@ class JobAction(StrEnum):
     CANCEL = "cancel"
     RUN_NOW = "run-now"
     REQUEUE = "requeue"
+    DELETE = "delete"
+
+
+class QueueAction(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
 
 
 class InstanceAction(StrEnum):
@@ -101,11 +107,43 @@ def requeue_job(job_id: UUID) -> Outcome:
     return Outcome(True, 200, f"Job {job_id} requeued as job {new_id}.", {"id": str(new_id)})
 
 
+def delete_job(job_id: UUID) -> Outcome:
+    if services.job_storage().delete_job(job_id):
+        return Outcome(True, 200, f"Job {job_id} deleted, with its history and logs.")
+    state = _state_of(job_id)
+    if state is None:
+        return _unknown_job(job_id)
+    return Outcome(
+        False,
+        409,
+        f"Job {job_id} is {state.value}: only finished jobs (succeeded, dead or cancelled) can "
+        "be deleted.",
+    )
+
+
 JOB_ACTIONS: dict[JobAction, Callable[[UUID], Outcome]] = {
     JobAction.CANCEL: cancel_job,
     JobAction.RUN_NOW: run_job_now,
     JobAction.REQUEUE: requeue_job,
+    JobAction.DELETE: delete_job,
 }
+
+
+def act_on_queue(queue: str, action: QueueAction) -> Outcome:
+    """Pause or resume ``queue`` (idempotent; any queue name, configured here or not)."""
+    if not queue.strip() or len(queue) > 200:
+        return Outcome(False, 400, "A queue name is 1 to 200 characters.")
+    storage = services.job_storage()
+    if action is QueueAction.PAUSE:
+        storage.pause_queue(queue)
+        return Outcome(
+            True,
+            200,
+            f"Queue {queue!r} paused: workers stop claiming its jobs at their next poll; "
+            "running jobs finish as usual.",
+        )
+    storage.resume_queue(queue)
+    return Outcome(True, 200, f"Queue {queue!r} resumed: its jobs are claimable again.")
 
 
 def trigger_recurring(recurring_id: str) -> Outcome:

@@ -16,9 +16,9 @@ from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 
-from millrace_django.contract import Page
+from millrace_django.contract import Page, TenantFilter
 from millrace_django.dashboard import actions, services, wire
-from millrace_django.dashboard.actions import JobAction, Outcome
+from millrace_django.dashboard.actions import JobAction, Outcome, QueueAction
 from millrace_django.dashboard.authorization import Permission
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
@@ -244,6 +244,40 @@ def signal(request: HttpRequest, name: str, correlation_id: str) -> JsonResponse
     if error is not None:
         return error
     return _outcome(actions.send_signal(name, correlation_id, payload))
+
+
+@_api(Permission.VIEW_JOBS)
+def queues(request: HttpRequest) -> JsonResponse:
+    stats = services.monitoring().get_statistics(TenantFilter.any())
+    paused = services.paused_queues()
+    registry = services.worker_registry()
+    names = sorted(
+        set(stats.enqueued_by_queue) | set(services.configured_queues()) | set(paused or ())
+    )
+    return JsonResponse(
+        {
+            "queues": [
+                {
+                    "name": name,
+                    "enqueued": stats.enqueued_by_queue.get(name, 0),
+                    "paused": None if paused is None else name in paused,
+                }
+                for name in names
+            ],
+            "workers": None
+            if registry is None
+            else [wire.registered_worker(worker) for worker in registry],
+        }
+    )
+
+
+@_api(Permission.MANAGE_JOBS, post=True)
+def queue_action(request: HttpRequest, queue: str, action: str) -> JsonResponse:
+    try:
+        chosen = QueueAction(action)
+    except ValueError:
+        return problem(404, "Not found", f"No queue action {action!r}.")
+    return _outcome(actions.act_on_queue(queue, chosen))
 
 
 @_api(Permission.VIEW_JOBS)

@@ -25,9 +25,8 @@ from millrace_django.contract import (
     TenantFilter,
 )
 
-TARGET_SEARCH = "target" in {f.name for f in fields(JobQuery)}
-"""Whether the read model can search job targets. NOT AVAILABLE YET: ``JobQuery`` has no
-``target`` filter; the jobs list offers the search box once it does."""
+TARGET_SEARCH = "target_contains" in {f.name for f in fields(JobQuery)}
+"""Whether the read model can search job targets (``JobQuery.target_contains``)."""
 
 
 class _Unqueried:
@@ -108,14 +107,16 @@ class JobFilter(ReadModelFilterSet):
     )
     queue = django_filters.CharFilter(label="Queue", help_text="exact name")
     created_after, created_before = _created_range()
-    if TARGET_SEARCH:  # pragma: no cover - lights up when the read model searches targets
-        target = django_filters.CharFilter(label="Target contains")
+    if TARGET_SEARCH:
+        target = django_filters.CharFilter(
+            label="Target contains", help_text="any letter case", max_length=500
+        )
 
     def query(self, *, cursor: str | None, limit: int) -> JobQuery:
         values = self.values
         extra: dict[str, Any] = {}
-        if TARGET_SEARCH and values.get("target"):  # pragma: no cover - see TARGET_SEARCH
-            extra["target"] = values["target"]
+        if TARGET_SEARCH and values.get("target"):
+            extra["target_contains"] = values["target"]
         return JobQuery(
             states=frozenset(JobState(s) for s in values.get("state") or ()),
             queue=values.get("queue") or None,

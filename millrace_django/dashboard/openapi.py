@@ -16,7 +16,7 @@ from millrace_django.contract import (
     JobState,
     RetryKind,
 )
-from millrace_django.dashboard.actions import InstanceAction, JobAction
+from millrace_django.dashboard.actions import InstanceAction, JobAction, QueueAction
 
 type Schema = dict[str, Any]
 
@@ -232,6 +232,38 @@ SCHEMAS: Schema = {
         }
     ),
     "Info": _object({"apiVersion": {"const": "v1"}, "storageProvider": STRING}),
+    "Queues": _object(
+        {
+            "queues": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "name": STRING,
+                        "enqueued": INTEGER,
+                        "paused": _nullable({"type": "boolean"}),
+                    }
+                ),
+            },
+            "workers": _nullable(
+                {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "workerId": STRING,
+                            "hostname": STRING,
+                            "pid": INTEGER,
+                            "queues": {"type": "array", "items": STRING},
+                            "concurrency": INTEGER,
+                            "inFlight": INTEGER,
+                            "startedAt": INSTANT,
+                            "seenAt": INSTANT,
+                            "gone": {"type": "boolean"},
+                        }
+                    ),
+                }
+            ),
+        }
+    ),
     "Done": _object(
         {
             "message": STRING,
@@ -344,6 +376,7 @@ PATHS: Schema = {
         [
             _query("state", "any of these states", _ref("JobState"), repeat=True),
             _query("queue", "exact queue name", STRING),
+            _query("target", "text the target contains, in any letter case", STRING),
             *TENANT,
             *CREATED,
             *PAGING,
@@ -358,11 +391,12 @@ PATHS: Schema = {
     },
     "/jobs/{id}/{action}": {
         **_post(
-            "cancel (unfinished jobs), run-now (failed jobs awaiting a retry) or requeue "
-            "(finished jobs: a new job is minted)",
+            "cancel (unfinished jobs), run-now (failed jobs awaiting a retry), requeue "
+            "(finished jobs: a new job is minted) or delete (finished jobs, with their "
+            "history)",
             {
                 "200": _json(_ref("Done"), "done"),
-                "409": _problem("requeue of a job that is not finished"),
+                "409": _problem("requeue or delete of a job that is not finished"),
             },
         ),
         "parameters": [
@@ -381,6 +415,22 @@ PATHS: Schema = {
             | {"required": True},
         ),
         "parameters": [_path("action", {"enum": [a.value for a in JobAction]})],
+    },
+    "/queues": _get(
+        "Queues (enqueued count, paused) and the worker registry (null: not offered by the "
+        "storage); a worker not seen for 3 heartbeats is gone",
+        _json(_ref("Queues"), "queues and workers"),
+    ),
+    "/queues/{queue}/{action}": {
+        **_post(
+            "pause (claims skip the queue from the next poll; running jobs finish) or resume; "
+            "both idempotent",
+            {"200": _json(_ref("Done"), "done"), "400": BAD},
+        ),
+        "parameters": [
+            _path("queue", STRING, "the queue's name (URL-encoded)"),
+            _path("action", {"enum": [a.value for a in QueueAction]}),
+        ],
     },
     "/recurring": _get(
         "Recurring definitions, soonest first, with their last outcome",

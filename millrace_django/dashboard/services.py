@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -19,8 +19,10 @@ from millrace_django.contract import (
     JSON,
     JobQuery,
     JobState,
+    JobStorage,
     MonitoringStorage,
     TenantFilter,
+    WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
 from millrace_django.engine.client import JobClient
@@ -99,22 +101,53 @@ def workers_in_flight(tenant: TenantFilter) -> tuple[list[WorkerLoad], bool]:
     return loads, page.next_cursor is not None
 
 
-def worker_registry() -> Sequence[Any] | None:
-    """Registered workers with their heartbeats.
+GONE_AFTER_HEARTBEATS = 3
+"""A registered worker not seen for this many heartbeat intervals is shown as gone."""
+THROUGHPUT_MINUTES = 60
+"""Minutes the overview's throughput chart covers (the current one included)."""
 
-    NOT AVAILABLE YET: needs the storage's worker registry (issue 6, item 1). Returns
-    ``None`` until the storage offers it; the pages then say "not available yet".
-    """
-    return None
+
+def job_storage() -> JobStorage:
+    return wiring.storage()
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredWorker:
+    """A registry row as the workers page shows it."""
+
+    heartbeat: WorkerHeartbeat
+    gone: bool
+    """Not seen for :data:`GONE_AFTER_HEARTBEATS` heartbeats: probably stopped or
+    partitioned. Its jobs (if any) come back by their leases, not by this flag."""
+
+    @property
+    def worker_id(self) -> str:
+        return self.heartbeat.worker_id
+
+    @property
+    def queues(self) -> list[str]:
+        return sorted(self.heartbeat.queues)
+
+
+def gone_before() -> datetime:
+    """Workers last seen before this instant are shown as gone."""
+    return now() - GONE_AFTER_HEARTBEATS * get_settings().heartbeat
+
+
+def worker_registry() -> list[RegisteredWorker] | None:
+    """Registered workers with their heartbeats, most recently seen first (``None`` when
+    the storage has no registry)."""
+    list_workers = getattr(wiring.storage(), "list_workers", None)
+    if list_workers is None:
+        return None
+    cutoff = gone_before()
+    return [RegisteredWorker(beat, beat.seen_at < cutoff) for beat in list_workers()]
 
 
 def paused_queues() -> frozenset[str] | None:
-    """Queues an operator paused.
-
-    NOT AVAILABLE YET: needs the storage's paused-queue operations (issue 6, item 1);
-    pause and resume actions wait for them too. ``None`` until then.
-    """
-    return None
+    """Queues an operator paused (``None`` when the storage cannot pause queues)."""
+    read = getattr(wiring.storage(), "paused_queues", None)
+    return frozenset(read()) if read is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +160,15 @@ class ThroughputPoint:
 
 
 def throughput(tenant: TenantFilter) -> Sequence[ThroughputPoint] | None:
-    """Finished and failed jobs per minute over the last hour, for the overview chart.
-
-    NOT AVAILABLE YET: needs the storage's per-minute throughput counts (issue 6, item
-    1); counting finished jobs from the jobs list would be an unbounded scan. ``None``
-    until the storage offers it; :func:`~.charts.throughput_chart` renders the points.
-    """
-    return None
+    """Succeeded and dead jobs per minute over the last :data:`THROUGHPUT_MINUTES`
+    minutes, the current one included, for the overview chart (all tenants: the
+    storage's counts are not per tenant). ``None`` when the storage has no such read."""
+    read = getattr(wiring.storage(), "get_throughput", None)
+    if read is None:
+        return None
+    until = now().replace(second=0, microsecond=0) + timedelta(minutes=1)
+    points = read(until - timedelta(minutes=THROUGHPUT_MINUTES), until)
+    return [ThroughputPoint(p.minute, p.succeeded, p.failed) for p in points]
 
 
 # -- workflows -------------------------------------------------------------------------

@@ -37,6 +37,7 @@ urlpatterns = [
     ),
     path("signals/", views.signals, name="signals"),
     path("queues/", views.queues, name="queues"),
+    path("queues/<str:queue>/<slug:action>/", views.queue_action, name="queue-action"),
     # The JSON API (see openapi.py).
     path(f"{API}info", api.info, name="api-info"),
     path(f"{API}statistics", api.statistics, name="api-statistics"),
@@ -67,5 +68,7 @@ urlpatterns = [
         api.signal,
         name="api-signal",
     ),
+    path(f"{API}queues", api.queues, name="api-queues"),
+    path(f"{API}queues/<str:queue>/<slug:action>", api.queue_action, name="api-queue-action"),
     path(f"{API}openapi.json", api.openapi, name="api-openapi"),
 ]

@@ -33,7 +33,7 @@ from millrace_django.contract import (
     TenantFilter,
 )
 from millrace_django.dashboard import actions, charts, services
-from millrace_django.dashboard.actions import InstanceAction, JobAction, Outcome
+from millrace_django.dashboard.actions import InstanceAction, JobAction, Outcome, QueueAction
 from millrace_django.dashboard.authorization import Permission, get_dashboard_settings, grants
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
@@ -248,9 +248,9 @@ class QueueRow:
     url: str
 
 
-def _queue_rows(depths: Any) -> list[QueueRow]:
+def _queue_rows(depths: Any, paused: frozenset[str] | None = None) -> list[QueueRow]:
     configured = set(services.configured_queues())
-    names = sorted(configured | set(depths))
+    names = sorted(configured | set(depths) | set(paused or ()))
     return [
         QueueRow(
             name=name,
@@ -373,6 +373,8 @@ def job_action(request: HttpRequest, job_id: UUID, action: str) -> HttpResponse:
     _report(request, outcome)
     if chosen is JobAction.REQUEUE and outcome.ok:
         return HttpResponseRedirect(reverse("millrace_dashboard:job", args=[outcome.data["id"]]))
+    if chosen is JobAction.DELETE and outcome.ok:
+        return HttpResponseRedirect(reverse("millrace_dashboard:jobs"))
     return HttpResponseRedirect(
         _next_url(request, reverse("millrace_dashboard:job", args=[job_id]))
     )
@@ -575,17 +577,29 @@ def signals(request: HttpRequest) -> HttpResponse:
 def queues(request: HttpRequest) -> HttpResponse:
     stats = services.monitoring().get_statistics(TenantFilter.any())
     workers, more_running = services.workers_in_flight(TenantFilter.any())
+    paused = services.paused_queues()
     return page(
         request,
         "queues.html",
         "Queues and workers",
         {
-            "queues": _queue_rows(stats.enqueued_by_queue),
-            "paused": services.paused_queues(),
+            "queues": _queue_rows(stats.enqueued_by_queue, paused),
+            "paused": paused,
             "workers": workers,
             "more_running": more_running,
             "running_sample": services.RUNNING_SAMPLE,
             "registry": services.worker_registry(),
+            "gone_after": services.GONE_AFTER_HEARTBEATS,
         },
         section="queues",
     )
+
+
+@guarded(Permission.MANAGE_JOBS, methods=("POST",))
+def queue_action(request: HttpRequest, queue: str, action: str) -> HttpResponse:
+    try:
+        chosen = QueueAction(action)
+    except ValueError as error:
+        raise Http404(f"no action {action!r}") from error
+    _report(request, actions.act_on_queue(queue, chosen))
+    return HttpResponseRedirect(_next_url(request, reverse("millrace_dashboard:queues")))

@@ -22,7 +22,7 @@ from millrace_django.contract import (
     RecurringSummary,
     RetrySpec,
 )
-from millrace_django.dashboard.services import InstanceView
+from millrace_django.dashboard.services import InstanceView, RegisteredWorker
 
 
 def instant(value: datetime | None) -> str | None:
@@ -171,6 +171,21 @@ def statistics(stats: JobStatistics) -> dict[str, Any]:
         "instancesByState": {state.value: n for state, n in stats.instances_by_state.items()},
         "recurringDefinitions": stats.recurring_definitions,
         "overdueRecurringDefinitions": stats.overdue_recurring_definitions,
+    }
+
+
+def registered_worker(worker: RegisteredWorker) -> dict[str, Any]:
+    beat = worker.heartbeat
+    return {
+        "workerId": beat.worker_id,
+        "hostname": beat.hostname,
+        "pid": beat.pid,
+        "queues": worker.queues,
+        "concurrency": beat.concurrency,
+        "inFlight": beat.in_flight,
+        "startedAt": instant(beat.started_at),
+        "seenAt": instant(beat.seen_at),
+        "gone": worker.gone,
     }
 
 

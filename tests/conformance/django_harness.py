@@ -24,12 +24,14 @@ from millrace_django.models import (
     Job,
     JobAttempt,
     JobLog,
+    PausedQueue,
     Recurring,
+    Worker,
     WorkflowInstance,
 )
 from millrace_django.storage.orm import DjangoStorage
 
-_TABLES = (JobAttempt, JobLog, Job, Recurring, WorkflowInstance, Bookmark)
+_TABLES = (JobAttempt, JobLog, Job, Recurring, WorkflowInstance, Bookmark, PausedQueue, Worker)
 
 
 class DjangoStoreUnderTest:

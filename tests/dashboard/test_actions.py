@@ -132,7 +132,7 @@ class TestBulk:
         )
         assert (
             "Select a valid choice"
-            in said(operator.post(path, {"action": "delete", "ids": [str(world.enqueued)]}))[-1]
+            in said(operator.post(path, {"action": "explode", "ids": [str(world.enqueued)]}))[-1]
         )
 
 

@@ -144,7 +144,28 @@ class TestActions:
         assert post(operator, f"/jobs/{uuid4()}/requeue").status_code == 404
 
     def test_an_unknown_action_is_404(self, operator, world):
-        assert post(operator, f"/jobs/{world.dead}/delete").status_code == 404
+        assert post(operator, f"/jobs/{world.dead}/explode").status_code == 404
+        assert post(operator, "/queues/emails/explode").status_code == 404
+
+    def test_delete_removes_a_finished_job_and_refuses_an_active_one(self, operator, world):
+        assert post(operator, f"/jobs/{world.dead}/delete").status_code == 200
+        assert operator.get(f"{API}/jobs/{world.dead}").status_code == 404
+        refused = post(operator, f"/jobs/{world.enqueued}/delete")
+        assert refused.status_code == 409
+        assert "only finished jobs" in refused.json()["detail"]
+
+    def test_pause_and_resume_a_queue(self, operator, world):
+        assert post(operator, "/queues/emails/pause").status_code == 200
+        listed = {q["name"]: q for q in operator.get(f"{API}/queues").json()["queues"]}
+        assert listed["emails"]["paused"] is True
+        assert listed["default"]["paused"] is False
+        assert post(operator, "/queues/emails/resume").status_code == 200
+        listed = {q["name"]: q for q in operator.get(f"{API}/queues").json()["queues"]}
+        assert listed["emails"]["paused"] is False
+
+    def test_the_queues_read_lists_registered_workers(self, operator, world):
+        workers = operator.get(f"{API}/queues").json()["workers"]
+        assert isinstance(workers, list)
 
     def test_bulk(self, operator, world, runner):
         response = post(
@@ -219,7 +240,8 @@ def _api_routes() -> set[tuple[str, str]]:
         "api-recurring": "get", "api-instances": "get", "api-instance": "get",
         "api-openapi": "get", "api-job-action": "post", "api-jobs-bulk": "post",
         "api-recurring-trigger": "post", "api-instance-recovery": "post",
-        "api-instance-cancel": "post", "api-signal": "post",
+        "api-instance-cancel": "post", "api-signal": "post", "api-queues": "get",
+        "api-queue-action": "post",
     }  # fmt: skip
 
     def walk(patterns: list[URLPattern | URLResolver]) -> None:

@@ -41,8 +41,9 @@ class TestOverview:
         assert re.search(r">default</a>.*?<td>0</td>", queues, re.S)
         assert 'id="mr-instances"' in page and "suspended" in page
         assert WORKER in page
-        assert "Not available yet" in page  # the throughput chart waits for its storage read
-        assert '<svg class="mr-chart"' in page
+        assert "Not available yet" not in page
+        throughput = page[page.index('id="mr-throughput"') :]
+        assert '<svg class="mr-chart"' in throughput
 
     def test_state_counts_link_to_the_filtered_list(self, operator, world):
         page = html(operator, "overview")
@@ -154,8 +155,55 @@ class TestWorkflows:
 def test_queues_and_workers_page(operator: Client, world: World):
     page = html(operator, "queues")
     assert "reports" in page and WORKER in page
-    assert "Pause and resume: not available yet" in page
-    assert "Worker registry" in page
+    assert "not available yet" not in page.lower()
+    assert 'class="button mr-danger mr-pause"' in page
+    assert 'id="mr-registry"' in page or "No worker has registered yet." in page
+
+
+def test_pausing_a_queue_from_the_queues_page(operator: Client, world: World):
+    path = reverse("millrace_dashboard:queue-action", args=["emails", "pause"])
+    assert operator.get(path).status_code in (404, 405)  # POST only
+    response = operator.post(path, follow=True)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Queue &#x27;emails&#x27; paused" in page or "Queue 'emails' paused" in page
+    assert 'class="button mr-resume"' in page
+    response = operator.post(
+        reverse("millrace_dashboard:queue-action", args=["emails", "resume"]), follow=True
+    )
+    assert 'class="button mr-resume"' not in response.content.decode()
+
+
+def test_the_registry_shows_live_and_gone_workers(operator: Client, world: World):
+    from datetime import timedelta
+
+    from millrace_django import wiring
+    from millrace_django.runtime.registry import WorkerRegistration
+
+    storage, clock = wiring.storage(), wiring.clock()
+    WorkerRegistration(
+        storage, clock, worker_id="old-worker", queues=["emails"], concurrency=2
+    ).beat(0)
+    storage.record_worker_heartbeat(
+        WorkerRegistration(
+            storage, clock, worker_id="live-worker", queues=["default"], concurrency=4
+        ).heartbeat(3)
+    )
+    old = next(w for w in storage.list_workers() if w.worker_id == "old-worker")
+    from dataclasses import replace
+
+    storage.record_worker_heartbeat(replace(old, seen_at=old.seen_at - timedelta(hours=1)))
+    page = html(operator, "queues")
+    registry = page[page.index('id="mr-registry"') :]
+    assert re.search(r'mr-worker-gone"><td class="mr-mono">old-worker', registry)
+    assert re.search(r'mr-worker-alive"><td class="mr-mono">live-worker', registry)
+    assert "3 / 4" in registry
+
+
+def test_the_jobs_list_searches_targets(operator: Client, world: World):
+    page = html(operator, "jobs", query="?target=NO-SUCH-TARGET")
+    assert "Search on the target is not available yet" not in page
+    assert 'name="target"' in page
 
 
 def test_signals_form_is_prefilled_from_the_query(operator: Client, world: World):

@@ -298,3 +298,23 @@ def test_monitoring_pages_read_the_monitor_index_in_order_with_mssql_djangos_uui
 
     assert "[millrace_job].[uuid] < %s" in sql
     assert order_by(sql) == "[millrace_job].[created_at] DESC, [millrace_job].[uuid] DESC"
+
+
+def test_a_claim_leaves_out_paused_queues_in_the_same_statement(alias: str) -> None:
+    jobs = Job.objects.using(alias)
+    for queryset in (
+        queries.claim_candidates(jobs, {"emails"}, 5),
+        queries.expired_candidates(jobs, {"emails"}, NOW, 5),
+    ):
+        sql, _ = compiled(queryset, alias)
+        assert "WHERE (NOT EXISTS(SELECT TOP 1" in sql and "FROM [millrace_paused_queue]" in sql
+        assert "[millrace_paused_queue] WITH" not in sql, "the pause rows are never locked"
+
+
+def test_throughput_is_one_grouped_read_over_a_finished_at_range(alias: str) -> None:
+    jobs = Job.objects.using(alias)
+    sql, params = compiled(queries.finished_per_minute(jobs, NOW - timedelta(hours=1), NOW), alias)
+    assert "[millrace_job].[finished_at] >= %s" in sql
+    assert "[millrace_job].[finished_at] < %s" in sql
+    assert "GROUP BY" in sql and "COUNT" in sql
+    assert NOW in params

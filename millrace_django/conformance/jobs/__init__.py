@@ -19,6 +19,11 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.continuations import ContinuationFacts
     from millrace_django.conformance.jobs.fence import FenceFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+    from millrace_django.conformance.jobs.operations import (
+        DeleteJobFacts,
+        PausedQueueFacts,
+        WorkerRegistryFacts,
+    )
     from millrace_django.conformance.jobs.progress import ProgressFacts
     from millrace_django.conformance.jobs.recurring import RecurringFacts
     from millrace_django.conformance.jobs.renewal import RenewalFacts
@@ -38,6 +43,9 @@ def _compose() -> type:
         ProgressFacts,
         PurgeFacts,
         ApplyManyFacts,
+        PausedQueueFacts,
+        WorkerRegistryFacts,
+        DeleteJobFacts,
     ):
         """Every fact a :class:`~millrace_django.contract.JobStorage` must hold."""
 

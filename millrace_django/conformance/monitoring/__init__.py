@@ -15,6 +15,10 @@ def _compose() -> type:
     from millrace_django.conformance.monitoring.jobs import JobQueryFacts
     from millrace_django.conformance.monitoring.recurring import RecurringQueryFacts
     from millrace_django.conformance.monitoring.statistics import StatisticsFacts
+    from millrace_django.conformance.monitoring.throughput import (
+        TargetSearchFacts,
+        ThroughputFacts,
+    )
 
     class MonitoringFacts(
         JobQueryFacts,
@@ -22,6 +26,8 @@ def _compose() -> type:
         AttemptHistoryFacts,
         RecurringQueryFacts,
         InstanceQueryFacts,
+        ThroughputFacts,
+        TargetSearchFacts,
     ):
         """Every fact a :class:`~millrace_django.contract.MonitoringStorage` must hold."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -22,12 +22,14 @@ from millrace_django.contract import (
     RecurringRecord,
     RecurringSummary,
     TenantFilter,
+    ThroughputPoint,
     WorkflowInstanceRecord,
     clamp_limit,
     decode_time_id,
     decode_time_text,
     encode_time_id,
     encode_time_text,
+    throughput_window,
 )
 from millrace_django.storage.memory.store import MemoryJobStore
 
@@ -128,6 +130,7 @@ class MemoryMonitoring:
         )
 
     def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
+        needle = (query.target_contains or "").strip().casefold()
         with self._store._reading() as tables:
             rows = [
                 job
@@ -136,8 +139,29 @@ class MemoryMonitoring:
                 and (query.queue is None or job.queue == query.queue)
                 and query.tenant.matches(job.tenant_id)
                 and _in_created_range(job.created_at, query.created_after, query.created_before)
+                and (not needle or needle in job.invocation.target.casefold())
             ]
         return _newest_first_page(rows, _job_key, query.cursor, query.limit, summarize_job)
+
+    def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
+        minutes = throughput_window(since, until)
+        if not minutes:
+            return []
+        start, end = minutes[0], minutes[-1] + timedelta(minutes=1)
+        counts = {minute: [0, 0] for minute in minutes}
+        with self._store._reading() as tables:
+            for job in tables.jobs.values():
+                at = job.finished_at
+                if at is None or not start <= at < end:
+                    continue
+                if job.state is JobState.SUCCEEDED:
+                    counts[at.astimezone(UTC).replace(second=0, microsecond=0)][0] += 1
+                elif job.state is JobState.DEAD:
+                    counts[at.astimezone(UTC).replace(second=0, microsecond=0)][1] += 1
+        return [
+            ThroughputPoint(minute=minute, succeeded=ok, failed=dead)
+            for minute, (ok, dead) in counts.items()
+        ]
 
     def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
         version = query.definition_version if query.definition_id is not None else None

@@ -32,6 +32,7 @@ from millrace_django.contract import (
     JobTransition,
     ProgressReport,
     RecurringRecord,
+    WorkerHeartbeat,
     WorkflowInstanceRecord,
     oldest_kept_attempt,
     outcome_of,
@@ -120,6 +121,7 @@ class MemoryJobStore:
                 job
                 for job in map(tables.jobs.__getitem__, tables.ready)
                 if job.queue in request.queues
+                and job.queue not in tables.paused
                 and (
                     job.state is JobState.ENQUEUED
                     or (job.lease_until is not None and job.lease_until <= now)
@@ -330,6 +332,51 @@ class MemoryJobStore:
             for job in finished[: max(limit, 0)]:
                 log.delete_job(job)
             return min(len(finished), max(limit, 0))
+
+    def delete_job(self, job_id: UUID) -> bool:
+        with self._atomic() as log:
+            job = log.tables.jobs.get(job_id)
+            if job is None or job.state not in TERMINAL_JOB_STATES:
+                return False
+            log.delete_job(job)
+            return True
+
+    # -- paused queues and the worker registry -------------------------------------------
+
+    def pause_queue(self, queue: str) -> None:
+        with self._atomic() as log:
+            log.set(log.tables.paused, queue, True)
+
+    def resume_queue(self, queue: str) -> None:
+        with self._atomic() as log:
+            log.set(log.tables.paused, queue, None)
+            if any(
+                job.queue == queue and job.state is JobState.ENQUEUED
+                for job in map(log.tables.jobs.__getitem__, log.tables.ready)
+            ):
+                log.woken_queues.add(queue)
+
+    def paused_queues(self) -> set[str]:
+        with self._reading() as tables:
+            return set(tables.paused)
+
+    def record_worker_heartbeat(self, heartbeat: WorkerHeartbeat) -> None:
+        with self._atomic() as log:
+            log.set(log.tables.workers, heartbeat.worker_id, heartbeat)
+
+    def list_workers(self) -> list[WorkerHeartbeat]:
+        with self._reading() as tables:
+            rows = list(tables.workers.values())
+        rows.sort(key=lambda w: w.worker_id)
+        rows.sort(key=lambda w: w.seen_at, reverse=True)
+        return rows
+
+    def forget_workers(self, seen_before: datetime) -> int:
+        with self._atomic() as log:
+            gone = [w for w in log.tables.workers.values() if w.seen_at < seen_before]
+            for worker in gone:
+                log.set(log.tables.workers, worker.worker_id, None)
+            return len(gone)
 
     # -- recurring -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     RecurringRecord,
+    WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
 
@@ -44,6 +45,8 @@ class Tables:
     ready: set[UUID] = field(default_factory=set)
     due: set[UUID] = field(default_factory=set)
     children: dict[UUID, set[UUID]] = field(default_factory=dict)
+    paused: dict[str, bool] = field(default_factory=dict)
+    workers: dict[str, WorkerHeartbeat] = field(default_factory=dict)
     last_seq: int = 0
 
     def put_job(self, old: JobRecord | None, new: JobRecord | None) -> None:

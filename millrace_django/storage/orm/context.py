@@ -16,7 +16,9 @@ from millrace_django.models import (
     Job,
     JobAttempt,
     JobLog,
+    PausedQueue,
     Recurring,
+    Worker,
     WorkflowInstance,
 )
 from millrace_django.storage.orm.transactions import Transactions
@@ -68,3 +70,9 @@ class OrmContext:
 
     def bookmarks(self) -> QuerySet[Bookmark]:
         return Bookmark.objects.using(self.alias)
+
+    def paused(self) -> QuerySet[PausedQueue]:
+        return PausedQueue.objects.using(self.alias)
+
+    def workers(self) -> QuerySet[Worker]:
+        return Worker.objects.using(self.alias)

@@ -288,9 +288,7 @@ class OrmJobs:
         self._ctx.tx.write(resume)
 
     def paused_queues(self) -> set[str]:
-        return self._ctx.tx.read(
-            lambda: set(self._ctx.paused().values_list("queue", flat=True))
-        )
+        return self._ctx.tx.read(lambda: set(self._ctx.paused().values_list("queue", flat=True)))
 
     def record_worker_heartbeat(self, heartbeat: WorkerHeartbeat) -> None:
         fields = {

@@ -7,7 +7,7 @@ page exists, and never count.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -31,11 +31,13 @@ from millrace_django.contract import (
     RecurringSummary,
     TenantFilter,
     TenantScope,
+    ThroughputPoint,
     clamp_limit,
     decode_time_id,
     decode_time_text,
     encode_time_id,
     encode_time_text,
+    throughput_window,
 )
 from millrace_django.models import (
     ATTEMPT_OUTCOMES,
@@ -49,7 +51,7 @@ from millrace_django.models import (
 )
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.queries import descending, newest_first
+from millrace_django.storage.orm.queries import descending, finished_per_minute, newest_first
 from millrace_django.storage.orm.rows import invocation_of, retry_of
 
 if TYPE_CHECKING:
@@ -169,11 +171,34 @@ class OrmMonitoring:
             rows = rows.filter(state__in=[JOB_STATE_CODES[s] for s in query.states])
         if query.queue is not None:
             rows = rows.filter(queue=query.queue)
+        needle = (query.target_contains or "").strip()
+        if needle:
+            rows = rows.filter(target__icontains=needle)
         return self._ctx.tx.read(
             lambda: _newest_first_page(
                 rows, self._ctx.vendor, "uuid", query.cursor, query.limit, summarize_job
             )
         )
+
+    def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
+        """One grouped read over a range of ``millrace_job_finished`` (terminal state,
+        ``finished_at``): it touches the jobs finished within the window only."""
+        minutes = throughput_window(since, until)
+        if not minutes:
+            return []
+        start, end = minutes[0], minutes[-1] + timedelta(minutes=1)
+        counted = finished_per_minute(self._ctx.jobs(), start, end)
+        counts = {minute: [0, 0] for minute in minutes}
+        for minute, code, n in self._ctx.tx.read(lambda: list(counted)):
+            key = minute.astimezone(UTC).replace(second=0, microsecond=0)
+            if key in counts and code == Code.SUCCEEDED:
+                counts[key][0] += n
+            elif key in counts and code == Code.DEAD:
+                counts[key][1] += n
+        return [
+            ThroughputPoint(minute=minute, succeeded=ok, failed=dead)
+            for minute, (ok, dead) in counts.items()
+        ]
 
     def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
         rows = (

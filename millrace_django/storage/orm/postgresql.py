@@ -37,7 +37,14 @@ from millrace_django.contract import (
     RetrySpec,
 )
 from millrace_django.errors import DuplicateJobId
-from millrace_django.models import JOB_STATE_CODES, AttemptOutcomeCode, Job, JobAttempt, job_codes
+from millrace_django.models import (
+    JOB_STATE_CODES,
+    AttemptOutcomeCode,
+    Job,
+    JobAttempt,
+    PausedQueue,
+    job_codes,
+)
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath
@@ -63,6 +70,7 @@ def _q(name: str) -> str:
 
 _JOBS = _q(Job._meta.db_table)
 _ATTEMPTS = _q(JobAttempt._meta.db_table)
+_PAUSED = _q(PausedQueue._meta.db_table)
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
@@ -115,16 +123,21 @@ def _sqlstate(error: DatabaseError) -> str | None:
 # after LIMIT rows: enqueued jobs (millrace_job_ready, one ordered scan per queue) and
 # expired leases (millrace_job_leased, by lease_until: few rows). The top LIMIT of both
 # are leased; the rest stay locked until the statement's transaction ends. All CTEs see
-# one snapshot; RETURNING order is unspecified, hence the final ORDER BY.
+# one snapshot; RETURNING order is unspecified, hence the final ORDER BY. A paused queue
+# (a row of millrace_paused_queue, probed by primary key) contributes nothing.
 _READY_ONE_QUEUE = f"""
     SELECT seq, priority, attempt, worker_id, false AS expired
     FROM {_JOBS}
     WHERE queue = %(queue)s AND state = {Code.ENQUEUED}
+      AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = %(queue)s)
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED"""
 _READY_QUEUES = f"""
-    SELECT r.* FROM unnest(%(queues)s::text[]) AS q (name)
+    SELECT r.* FROM (
+        SELECT name FROM unnest(%(queues)s::text[]) AS u (name)
+        WHERE NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = u.name)
+    ) AS q
     CROSS JOIN LATERAL (
         SELECT seq, priority, attempt, worker_id, false AS expired
         FROM {_JOBS}
@@ -139,6 +152,7 @@ WITH ready AS ({{ready}}
     SELECT seq, priority, attempt, worker_id, true AS expired
     FROM {_JOBS}
     WHERE state = {Code.PROCESSING} AND lease_until <= %(now)s AND {{queue_test}}
+      AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = {_JOBS}.queue)
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -29,7 +29,9 @@ from millrace_django.contract import (
     RecurringRecord,
     RecurringSummary,
     TenantFilter,
+    ThroughputPoint,
     WakeupSubscription,
+    WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
 from millrace_django.errors import StorageError
@@ -137,6 +139,27 @@ class DjangoStorage:
     def purge_finished(self, before: datetime, limit: int) -> int:
         return self._jobs.purge_finished(before, limit)
 
+    def delete_job(self, job_id: UUID) -> bool:
+        return self._jobs.delete_job(job_id)
+
+    def pause_queue(self, queue: str) -> None:
+        self._jobs.pause_queue(queue)
+
+    def resume_queue(self, queue: str) -> None:
+        self._jobs.resume_queue(queue)
+
+    def paused_queues(self) -> set[str]:
+        return self._jobs.paused_queues()
+
+    def record_worker_heartbeat(self, heartbeat: WorkerHeartbeat) -> None:
+        self._jobs.record_worker_heartbeat(heartbeat)
+
+    def list_workers(self) -> list[WorkerHeartbeat]:
+        return self._jobs.list_workers()
+
+    def forget_workers(self, seen_before: datetime) -> int:
+        return self._jobs.forget_workers(seen_before)
+
     def upsert_recurring(self, record: RecurringRecord) -> None:
         self._jobs.upsert_recurring(record)
 
@@ -214,3 +237,6 @@ class DjangoStorage:
 
     def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
         return self._monitoring.query_instances(query)
+
+    def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
+        return self._monitoring.get_throughput(since, until)

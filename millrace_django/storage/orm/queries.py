@@ -11,41 +11,52 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django.db.models import (
     Case,
+    Count,
     DateTimeField,
+    Exists,
     Expression,
     IntegerField,
     JSONField,
     Model,
+    OuterRef,
     Q,
     QuerySet,
     Value,
     When,
 )
+from django.db.models.functions import TruncMinute
 
-from millrace_django.contract import JobState, JobTransition
-from millrace_django.models import Bookmark, Job, job_codes
+from millrace_django.contract import TERMINAL_JOB_STATES, JobState, JobTransition
+from millrace_django.models import Bookmark, Job, PausedQueue, job_codes
 from millrace_django.models import JobStateCode as Code
 
 if TYPE_CHECKING:
     from millrace_django.storage.orm.vendors import Vendor
 
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
+_TERMINAL = job_codes(TERMINAL_JOB_STATES)
+
+
+def _not_paused(jobs: QuerySet[Job]) -> Any:
+    """The job's queue has no pause row (read in the claim's own statement)."""
+    paused = PausedQueue.objects.using(jobs.db).filter(queue=OuterRef("queue"))
+    return ~Exists(paused)
 
 
 def claim_candidates(jobs: QuerySet[Job], queues: Collection[str], limit: int) -> QuerySet[Job]:
     """The next ``limit`` enqueued jobs of ``queues``, locked, skipping rows another
     claimer holds: priority first, then insertion order, across all the queues (read
-    from ``millrace_job_ready``)."""
+    from ``millrace_job_ready``), paused queues left out."""
     return (
         jobs.select_for_update(skip_locked=True)
-        .filter(state=Code.ENQUEUED, queue__in=sorted(queues))
+        .filter(_not_paused(jobs), state=Code.ENQUEUED, queue__in=sorted(queues))
         .order_by("-priority", "seq")[:limit]
     )
 
@@ -58,8 +69,25 @@ def expired_candidates(
     (found through ``millrace_job_leased``)."""
     return (
         jobs.select_for_update(skip_locked=True)
-        .filter(state=Code.PROCESSING, lease_until__lte=now, queue__in=sorted(queues))
+        .filter(
+            _not_paused(jobs), state=Code.PROCESSING, lease_until__lte=now, queue__in=sorted(queues)
+        )
         .order_by("-priority", "seq")[:limit]
+    )
+
+
+def finished_per_minute(
+    jobs: QuerySet[Job], start: datetime, end: datetime
+) -> QuerySet[Job, tuple[datetime, int, int]]:
+    """``(minute, state, count)`` of the terminal jobs with ``start <= finished_at < end``,
+    grouped by UTC minute: one range of ``millrace_job_finished`` (state, finished_at),
+    whose size is the jobs finished within the window, however many are stored."""
+    return (
+        jobs.filter(state__in=_TERMINAL, finished_at__gte=start, finished_at__lt=end)
+        .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
+        .values_list("minute", "state")
+        .annotate(n=Count("seq"))
+        .order_by()
     )
 
 
