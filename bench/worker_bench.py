@@ -71,6 +71,12 @@ class Drain:
     seconds: float
     succeeded: int
     capped: bool = False
+    cpu_us_per_job: float = 0.0
+    """CPU time of this process (every thread) per job succeeded, in microseconds."""
+    claims: int = 0
+    """``claim`` calls that returned jobs."""
+    writes: int = 0
+    """``apply_many`` calls."""
 
     @property
     def per_second(self) -> float:
@@ -280,12 +286,37 @@ def run_bounded(worker: Any, cap: float, *, until_idle: bool) -> tuple[float, bo
 # --------------------------------------------------------------------------- scenarios
 
 
+class CallCounts:
+    """Counts a storage's non-empty claims and its ``apply_many`` calls (wrapped on the
+    instance; a counter increment per call)."""
+
+    def __init__(self, store: Any) -> None:
+        self.claims = 0
+        self.writes = 0
+        claim, apply_many = store.claim, store.apply_many
+
+        def counted_claim(request: Any) -> Any:
+            claimed = claim(request)
+            if claimed:
+                self.claims += 1
+            return claimed
+
+        def counted_apply_many(transitions: Any) -> Any:
+            self.writes += 1
+            return apply_many(transitions)
+
+        store.claim, store.apply_many = counted_claim, counted_apply_many
+
+
 def drain(name: str, config: Any, sizes: Sizes) -> Drain:
     store = storage()
     empty_tables()
     seed(store, sizes.backlog)
+    calls = CallCounts(store)
     worker = new_worker(store, config)
+    cpu = time.process_time()
     elapsed, capped = run_bounded(worker, sizes.drain_cap, until_idle=True)
+    cpu = time.process_time() - cpu
     result = Drain(
         configuration=name,
         claim_batch=config.claim_batch,
@@ -294,11 +325,15 @@ def drain(name: str, config: Any, sizes: Sizes) -> Drain:
         seconds=elapsed,
         succeeded=succeeded_count(),
         capped=capped,
+        claims=calls.claims,
+        writes=calls.writes,
     )
+    result.cpu_us_per_job = cpu / max(result.succeeded, 1) * 1e6
     print(
-        f"  {name:<26} batch {config.claim_batch:>3}  concurrency {config.concurrency:>3}  "
-        f"{result.succeeded:>6} jobs in {elapsed:6.2f} s  {result.per_second:8,.0f} jobs/s"
-        + ("  (capped)" if capped else ""),
+        f"  {name:<15} batch {config.claim_batch:>3}  concurrency {config.concurrency:>3}  "
+        f"{result.succeeded:>6} jobs in {elapsed:5.2f} s  {result.per_second:7,.0f} jobs/s  "
+        f"{result.claims:>4} claims {result.writes:>4} writes  "
+        f"{result.cpu_us_per_job:4.0f} µs CPU/job" + ("  (capped)" if capped else ""),
         flush=True,
     )
     return result
@@ -355,7 +390,7 @@ def pickup(name: str, config: Any, sizes: Sizes) -> Pickup:
         notifications=Capabilities.NOTIFICATIONS in store.capabilities,
     )
     print(
-        f"  {name:<26} {result.picked_up}/{total} picked up  p50 {result.p50_ms:6.2f} ms  "
+        f"  {name:<24} {result.picked_up}/{total} picked up  p50 {result.p50_ms:6.2f} ms  "
         f"p99 {result.p99_ms:6.2f} ms  max {result.max_ms:7.2f} ms  "
         f"notifications {'on' if result.notifications else 'off (polling)'}",
         flush=True,

@@ -35,7 +35,7 @@ class MillraceSettings:
     concurrency: int = field(default_factory=lambda: max(4, 2 * (os.cpu_count() or 1)))
     lease: timedelta = timedelta(minutes=5)
     heartbeat: timedelta = timedelta(minutes=1)
-    claim_batch: int = 16
+    claim_batch: int = 64
     poll_min: timedelta = timedelta(milliseconds=200)
     poll_max: timedelta = timedelta(seconds=5)
     scheduler_interval: timedelta = timedelta(seconds=1)

@@ -2,8 +2,11 @@
 
 Finished executions queue up here; one thread writes everything queued in a single
 ``apply_many`` call, so under load acknowledgements group themselves (whatever finished
-during one round trip goes in the next). Each transition is still fenced on its own.
-Buffered progress is written first, while the claim still holds.
+during one round trip goes in the next). While more jobs wait locally for a thread, a
+finished attempt may linger briefly (:data:`LINGER`) until a full batch is ready: fewer,
+larger writes for the same work. One submitted with nothing else queued is written at
+once. Each transition is still fenced on its own. Buffered progress is written first,
+while the claim still holds.
 
 A call that raises (the database is away) is retried a few times, then the batch is
 dropped: those jobs stay ``processing`` under this worker until their leases expire
@@ -29,6 +32,9 @@ logger = logging.getLogger(__name__)
 RETRY_DELAYS = (0.2, 0.4)
 """Seconds between the tries of a batch whose ``apply_many`` raised."""
 
+LINGER = 0.01
+"""Seconds an acknowledgement may wait for its batch to fill while more jobs are queued."""
+
 type Result = bool | StorageError | None
 """Per transition: applied, fence lost, refused, or ``None`` when nothing was written."""
 
@@ -50,24 +56,38 @@ class Acknowledger:
         on_acknowledged: Acknowledged,
         around_turn: Callable[[], AbstractContextManager[object]],
         name: str,
+        batch: int = 1,
     ) -> None:
         self._storage = storage
+        self._batch = batch
+        """Pending acknowledgements that make a batch worth writing without lingering."""
         self._on_acknowledged = on_acknowledged
         self._around_turn = around_turn
         self._pending: list[tuple[Execution, JobTransition | None]] = []
         self._ready = threading.Condition(threading.Lock())
         self._closing = False
         self._stopped = False
+        self._urgent = False
+        """An acknowledgement is pending that must not linger."""
+        self._lingering = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, execution: Execution, transition: JobTransition | None) -> None:
-        """Queue a finished attempt; once the thread has stopped, write it right here."""
+    def submit(
+        self, execution: Execution, transition: JobTransition | None, *, linger: bool = False
+    ) -> None:
+        """Queue a finished attempt; once the thread has stopped, write it right here.
+        With ``linger`` (more jobs are about to finish), it may wait up to :data:`LINGER`
+        for a full batch."""
         with self._ready:
-            self._pending.append((execution, transition))
-            self._ready.notify()
+            pending = self._pending
+            pending.append((execution, transition))
+            if not linger:
+                self._urgent = True
+            if not self._lingering or not linger or len(pending) >= self._batch:
+                self._ready.notify()
             late = self._stopped
         if late:
             with self._around_turn():
@@ -86,6 +106,7 @@ class Acknowledger:
         executions were acknowledged."""
         with self._ready:
             batch, self._pending = self._pending, []
+            self._urgent = False
         if not batch:
             return 0
         writes = [(execution, t) for execution, t in batch if t is not None]
@@ -111,12 +132,20 @@ class Acknowledger:
                 if not self._pending:
                     self._stopped = True
                     return
+                if not self._ready_to_write():
+                    self._lingering = True
+                    self._ready.wait_for(self._ready_to_write, LINGER)
+                    self._lingering = False
             try:
                 with self._around_turn():
                     self.flush()
             except Exception:  # the hooks failed; keep the queue and try again shortly
                 logger.exception("acknowledgement turn failed; retrying")
                 time.sleep(RETRY_DELAYS[-1])
+
+    def _ready_to_write(self) -> bool:
+        """Whether the pending batch goes out now; lock held."""
+        return self._urgent or self._closing or len(self._pending) >= self._batch
 
     def _remerge(
         self, execution: Execution, transition: JobTransition, conflict: ConcurrencyConflict

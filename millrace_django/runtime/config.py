@@ -83,7 +83,7 @@ class RuntimeSettings(EngineSettings):
     concurrency: int = field(default_factory=lambda: max(4, 2 * (os.cpu_count() or 1)))
     lease: timedelta = timedelta(minutes=5)
     heartbeat: timedelta = timedelta(minutes=1)
-    claim_batch: int = 16
+    claim_batch: int = 64
     poll_min: timedelta = timedelta(milliseconds=200)
     poll_max: timedelta = timedelta(seconds=5)
     shutdown_timeout: timedelta = timedelta(seconds=15)

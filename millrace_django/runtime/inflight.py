@@ -103,7 +103,7 @@ class InFlight:
 
     def __init__(self) -> None:
         self._executions: dict[UUID, Execution] = {}
-        self._changed = threading.Condition(threading.Lock())
+        self._changed = threading.Condition()  # reentrant: predicates call count()
         self._watchers = 0
 
     def add_all(self, executions: Iterable[Execution]) -> list[Execution]:

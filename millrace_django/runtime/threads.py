@@ -1,17 +1,23 @@
 """The threads handlers run on: a pool for every job, one event loop for async jobs.
 
-The pool takes claimed executions in batches and its threads pull them one by one from
-a local queue, so a thread that finishes a job starts the next queued one without a
-handoff, and a batch wakes threads one after another only while there is work for
-them. The pool also decides how many jobs are worth claiming: one per free thread, plus
-a *prefetch* of jobs that wait locally for a thread, sized by how fast recent handlers
+The pool takes claimed executions in batches into a local queue; its threads pull them
+one by one, so a thread that finishes a job starts the next queued one without a
+handoff. Threads are started on demand (up to the concurrency) and woken by the queued
+*work*, not the queued count: a batch of quick jobs runs on a thread or two, each
+running many in a row (more threads would only contend for the interpreter lock), while
+a batch of slow ones gets a thread each. A watch wakes one more thread whenever the
+queue made no progress for a few milliseconds although threads are idle (the ones on it
+went into unexpectedly long jobs).
+
+The pool also decides how many jobs are worth claiming: one per free thread, plus a
+*prefetch* of jobs that wait locally for a thread, sized by how fast recent handlers
 returned (none while handlers are slow, so a slow queue never parks jobs here that
 another worker could start).
 
 Python cannot kill a thread. When the worker abandons a job that ignores its
-cancellation, the pool starts a replacement thread so the worker keeps its full
-concurrency; the stuck thread exits once its handler finally returns. Threads are
-daemons, so a handler that never returns cannot keep the process alive at exit.
+cancellation, its thread stops counting against the concurrency, so a replacement can
+start; the stuck thread exits once its handler finally returns. Threads are daemons,
+so a handler that never returns cannot keep the process alive at exit.
 """
 
 from __future__ import annotations
@@ -32,31 +38,45 @@ JOIN_TIMEOUT = 5.0
 
 PREFETCH_HORIZON = 0.1
 """Seconds a prefetched job may expect to wait for a thread: the pool prefetches about
-as many jobs as its threads finish in this time at the recent pace (at most the claim
-batch). A thread busy with one job for longer than this counts as unavailable."""
+as many jobs as its threads finish in this time at the recent pace. A thread busy with
+one job for longer than this counts as unavailable."""
 
-WAKE_BUDGET = 0.002
-"""Seconds of queued work (at the recent pace) per thread woken: a batch of quick jobs
-wakes a few threads, each running several in a row, instead of one thread per job;
-a batch of slow ones wakes a thread for each."""
+PREFETCH_BATCHES = 2
+"""The prefetch is at most this many claim batches: one batch waiting for threads while
+the next one is claimed, so a quick queue keeps a claim in flight at all times."""
+
+WAKE_BUDGET = 0.01
+"""Seconds of queued work (at the typical pace) per thread put on it: a batch of quick
+jobs wakes a thread or two, a batch of slow ones a thread for each job."""
+
+SHORT_JOB = 0.001
+"""Handlers typically quicker than this (seconds) get no more threads than their kind of
+work can keep busy (see ``JobPool._overlap``): for them, handing over the interpreter lock
+costs more than the parallelism gains. Longer ones get a thread per
+:data:`WAKE_BUDGET` of queued work, whatever they do (they may release the lock in C)."""
+
+FIRST_THREADS = 4
+"""Threads put on the first work, before any handler has returned (the pace unknown);
+the watch adds the rest a few milliseconds later if they are slow."""
 
 STALL = 0.005
-"""Seconds without a queued job being started, while threads are idle, after which the
-pool wakes one more (the threads it woke all went into unexpectedly long jobs)."""
+"""Seconds without a queued job being started, while threads are idle or may start,
+after which the watch puts one more thread on the queue (all of it while the pace is
+still unknown)."""
 
 PACE_WEIGHT = 0.2
 """Weight of the latest handler duration in the running average."""
 
-PACE_STEP = 1.25
-"""Factor by which the running median of handler durations moves per job."""
+PACE_STEP = 1.05
+"""Factor by which the running medians of handler durations move per job."""
 
 type Run = Callable[[Execution], bool]
 """Runs one execution on a pool thread; ``False`` when the execution was abandoned
-while it ran (a replacement thread took over, so this one retires)."""
+while it ran (its thread no longer counts, and retires when the handler returns)."""
 
 
 class JobPool:
-    """``size`` daemon threads running executions from a local queue, in order."""
+    """Up to ``size`` daemon threads running executions from a local queue, in order."""
 
     def __init__(self, size: int, name: str, run: Run) -> None:
         self.size = size
@@ -72,10 +92,14 @@ class JobPool:
         """The stall watch waits here while the queue is empty."""
         self._room_needed: int | None = None
         """While the claim loop waits: the ``free - queued`` that wakes it."""
+        self._threads = 0
+        """Threads started and not retired (a stuck one retires when it is abandoned)."""
         self._idle = 0
         """Threads waiting for work..."""
-        self._waking = 0
-        """...of which this many were woken and have not taken a job yet."""
+        self._woken = 0
+        """...of which this many were woken for queued work and have not taken it yet."""
+        self._starting = 0
+        """Threads started for queued work that have not taken it yet."""
         self._busy = 0
         """Threads running an execution that was not abandoned."""
         self._since: dict[int, float] = {}
@@ -86,25 +110,28 @@ class JobPool:
         """Running median of handler durations, in seconds (sizes the wake-ups): a
         median, because a quick job that waited for the interpreter lock in the middle
         is an outlier that an average would let wake ever more threads."""
+        self._overlap = 1.0
+        """Running median of each handler's duration over its CPU time: how many threads
+        its kind of work can keep busy at once (1 for pure Python, many for jobs that
+        wait on I/O). More threads than that only contend for the interpreter lock."""
         self._taken = 0
-        """Executions taken from the queue so far (the stall watch's progress mark)."""
+        """Executions taken from the queue so far (the watch's progress mark)."""
         self._holding = False
         self._closing = False
-        self._started = 0
+        self._numbered = 0
 
     def start(self) -> None:
-        for _ in range(self.size):
-            self._add_thread()
+        """Start the stall watch; job threads start when there is work for them."""
         threading.Thread(target=self._watch_stalls, name=f"{self._name}-watch", daemon=True).start()
 
     # -- the claim loop's side ------------------------------------------------------------
 
     def submit(self, executions: Iterable[Execution]) -> None:
-        """Queue claimed executions and wake as many idle threads as they need."""
+        """Queue claimed executions and put as many threads on them as they need."""
         with self._lock:
             was_empty = not self._queue
             self._queue.extend(executions)
-            self._wake_threads()
+            self._add_workers(self._wanted() - self._active())
             if was_empty:
                 self._watch.notify()
 
@@ -114,6 +141,10 @@ class JobPool:
         running at the current pace (free threads plus the prefetch allowance)."""
         with self._lock:
             return self._demand(batch)
+
+    def queued(self) -> int:
+        """Executions waiting for a thread (a snapshot, read without the lock)."""
+        return len(self._queue)
 
     def wait_for_room(self, batch: int, needed: int, timeout: float) -> None:
         """Block until the claim loop may claim ``needed`` jobs (a thread freed, queued
@@ -142,12 +173,13 @@ class JobPool:
             return held
 
     def replace_stuck(self) -> None:
-        """An execution was abandoned while it ran: its thread no longer counts, and a
-        replacement joins the pool."""
+        """An execution was abandoned while it ran: its thread no longer counts (it
+        retires when the handler returns), so another may start in its place."""
         with self._lock:
             self._busy -= 1
+            self._threads -= 1
             self._room.notify()
-        self._add_thread()
+            self._add_workers(self._wanted() - self._active())
 
     def close(self) -> None:
         """Let idle threads exit; busy ones exit after their current execution."""
@@ -156,10 +188,10 @@ class JobPool:
             self._work.notify_all()
             self._watch.notify()
 
-    # -- internals ------------------------------------------------------------------------
+    # -- internals (lock held) ------------------------------------------------------------
 
     def _load(self, batch: int) -> tuple[int, int, int]:
-        """``(free threads, queued executions, prefetch allowance)``; lock held."""
+        """``(free threads, queued executions, prefetch allowance)``."""
         free = self.size - self._busy
         queued = len(self._queue)
         pace = self._pace
@@ -169,7 +201,9 @@ class JobPool:
         available = self.size - sum(
             1 for since in self._since.values() if now - since > PREFETCH_HORIZON
         )
-        prefetch = min(batch, int(available * PREFETCH_HORIZON / max(pace, 1e-6)))
+        prefetch = min(
+            PREFETCH_BATCHES * batch, int(available * PREFETCH_HORIZON / max(pace, 1e-6))
+        )
         return free, queued, max(prefetch, 0)
 
     def _demand(self, batch: int) -> tuple[int, int, int]:
@@ -177,80 +211,121 @@ class JobPool:
         window = max(free, 0) + prefetch
         return max(0, min(batch, window - queued)), queued, window
 
-    def _wake_threads(self) -> None:
-        """Wake idle threads for the queued work, counting those already on their way
-        to it (busy ones take the next job when they finish); lock held."""
+    def _wanted(self) -> int:
+        """Threads worth having on the queued work: one per :data:`WAKE_BUDGET` of it at
+        the typical pace (a few, until a pace is known)."""
         queued = len(self._queue)
-        sleeping = self._idle - self._waking
-        if not queued or self._holding or sleeping <= 0:
-            return
+        if not queued or self._holding:
+            return 0
         typical = self._typical
-        wanted = queued if typical is None else -int(-queued * typical // WAKE_BUDGET)
-        more = min(sleeping, wanted - self._busy - self._waking)
-        if more > 0:
-            self._waking += more
-            self._work.notify(more)
+        if typical is None:
+            return min(queued, FIRST_THREADS)
+        by_work = -int(-queued * typical // WAKE_BUDGET)
+        if typical >= SHORT_JOB:
+            return by_work
+        return min(by_work, max(1, round(self._overlap)))
 
-    def _add_thread(self) -> None:
-        with self._lock:
-            self._started += 1
-            number = self._started
-        threading.Thread(target=self._serve, name=f"{self._name}-{number}", daemon=True).start()
+    def _active(self) -> int:
+        """Threads that will take queued work soon: those woken or started for it, and
+        busy ones whose current job started less than :data:`WAKE_BUDGET` ago (one
+        stuck in a long job does not count)."""
+        now = time.perf_counter()
+        recent = sum(1 for since in self._since.values() if now - since <= WAKE_BUDGET)
+        return self._woken + self._starting + recent
+
+    def _add_workers(self, count: int) -> None:
+        """Put up to ``count`` more threads on the queue: idle ones first, then new ones
+        while fewer than ``size`` run jobs."""
+        sleeping = self._idle - self._woken
+        wake = min(count, sleeping)
+        if wake > 0:
+            self._woken += wake
+            self._work.notify(wake)
+        start = min(count - max(wake, 0), self.size - self._threads)
+        for _ in range(start):
+            self._numbered += 1
+            thread = threading.Thread(
+                target=self._serve, name=f"{self._name}-{self._numbered}", daemon=True
+            )
+            self._threads += 1
+            self._starting += 1
+            try:
+                thread.start()
+            except RuntimeError:  # the system refuses more threads: make do with these
+                self._threads -= 1
+                self._starting -= 1
+                logger.exception("cannot start job thread %s", thread.name)
+                return
 
     def _serve(self) -> None:
         lock, queue, run = self._lock, self._queue, self._run
         ident = threading.get_ident()
-        spent: float | None = None  # how long the previous execution took
+        spent: float | None = None  # how long the previous execution took...
+        cpu = 0.0  # ...and how much of that this thread ran
         keep = True
+        with lock:
+            self._starting -= 1
         while True:
             with lock:
+                park = False
                 if spent is not None:
-                    self._finished(ident, spent, keep)
+                    self._finished(ident, spent, cpu, keep)
                     if not keep:
                         return
-                while not queue or self._holding:
+                    # Enough other threads are on the queue: sleep rather than add
+                    # one more to the contention for the interpreter lock.
+                    wanted = self._wanted()
+                    park = wanted < self._woken + self._starting + len(self._since)
+                    park = park and wanted < self._active()
+                while park or not queue or self._holding:
                     if self._closing:
+                        self._threads -= 1
                         return
+                    park = False
                     self._idle += 1
                     self._work.wait()
                     self._idle -= 1
-                    if self._waking:
-                        self._waking -= 1
+                    if self._woken:
+                        self._woken -= 1
                 execution = queue.popleft()
                 self._taken += 1
                 self._busy += 1
                 started = self._since[ident] = time.perf_counter()
                 if queue:
-                    self._wake_threads()
+                    wanted = self._wanted()
+                    if wanted > 1:  # this thread is one, and on its way
+                        self._add_workers(wanted - self._active())
+            ran = time.thread_time()
             try:
                 keep = run(execution)
             except Exception:  # run handles its own errors; never lose the thread
                 logger.exception("a job thread's task raised")
                 keep = True
+            cpu = time.thread_time() - ran
             spent = time.perf_counter() - started
 
-    def _finished(self, ident: int, spent: float, keep: bool) -> None:
-        """Book a returned execution: the thread is free again (unless it was replaced),
-        the pace moves, and the claim loop learns of the room; lock held."""
+    def _finished(self, ident: int, spent: float, cpu: float, keep: bool) -> None:
+        """Book a returned execution: the thread is free again (unless it was
+        abandoned), the pace moves, and the claim loop learns of the room."""
         del self._since[ident]
         if keep:
             self._busy -= 1
+        overlap = spent / cpu if cpu > 0 else spent / 1e-6
         pace, typical = self._pace, self._typical
         if pace is None or typical is None:
             self._pace = self._typical = spent
+            self._overlap = overlap
         else:
             self._pace = pace + PACE_WEIGHT * (spent - pace)
-            if spent > typical:
-                self._typical = typical * PACE_STEP
-            elif spent < typical:
-                self._typical = typical / PACE_STEP
+            self._typical = _step(typical, spent)
+            self._overlap = _step(self._overlap, overlap)
         needed = self._room_needed
         if needed is not None and self.size - self._busy - len(self._queue) >= needed:
             self._room.notify()
 
     def _watch_stalls(self) -> None:
-        """While jobs are queued, wake one more thread whenever none was started for
-        :data:`STALL` seconds although threads are idle."""
+        """While jobs are queued, put one more thread on them whenever none was started
+        for :data:`STALL` seconds (every thread needed, while the pace is unknown)."""
         with self._lock:
             while not self._closing:
                 if not self._queue or self._holding:
@@ -258,10 +333,18 @@ class JobPool:
                     continue
                 taken = self._taken
                 self._watch.wait(STALL)
-                sleeping = self._idle - self._waking
-                if self._queue and not self._holding and self._taken == taken and sleeping > 0:
-                    self._waking += 1
-                    self._work.notify()
+                if self._queue and not self._holding and self._taken == taken:
+                    stuck = len(self._queue) if self._typical is None else 1
+                    self._add_workers(stuck)
+
+
+def _step(median: float, sample: float) -> float:
+    """One step of a running median: move ``median`` a little towards ``sample``."""
+    if sample > median:
+        return median * PACE_STEP
+    if sample < median:
+        return median / PACE_STEP
+    return median
 
 
 class LoopThread:

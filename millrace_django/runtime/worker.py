@@ -44,7 +44,7 @@ from millrace_django.runtime.hooks import Hooks
 from millrace_django.runtime.inflight import Execution, InFlight
 from millrace_django.runtime.polling import Backoff, Wakeup
 from millrace_django.runtime.shutdown import StopRequests
-from millrace_django.runtime.threads import JOIN_TIMEOUT, JobPool, LoopThread
+from millrace_django.runtime.threads import JOIN_TIMEOUT, PREFETCH_BATCHES, JobPool, LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ class Worker:
             on_acknowledged=self._acknowledged,
             around_turn=self._hooks.around_turn,
             name="millrace-acks",
+            batch=config.claim_batch,
         )
         self._maintenance_done = threading.Event()
         self._maintenance = threading.Thread(
@@ -261,7 +262,15 @@ class Worker:
         ceiling = self._config.poll_max.total_seconds()
         batch = self._config.claim_batch
         pool, in_flight, stops = self._pool, self._in_flight, self._stops
+        # Held jobs, running or waiting for their acknowledgement, beyond which claiming
+        # pauses: acknowledgements that fall behind must not grow the claim without bound.
+        held_limit = self.concurrency + (PREFETCH_BATCHES + 2) * batch
         while not stops.requested:
+            if in_flight.count() >= held_limit:
+                in_flight.wait_until(
+                    lambda: in_flight.count() < held_limit or stops.requested, ceiling
+                )
+                continue
             want, queued, window = pool.demand(batch)
             # Threads idle: claim whatever fits. Jobs still queued here: wait until a
             # claim can fetch a worthwhile share of the window, so claims stay batches.
@@ -315,7 +324,7 @@ class Worker:
         replaced = self._in_flight.add_all(executions)
         self._count("claimed", len(executions))
         if replaced:
-            now = clock.now()
+            now = self._clock.now()
             for execution in replaced:
                 execution.cancel(CancelReason.SUPERSEDED, now)
                 self._abandon(execution)
@@ -358,7 +367,11 @@ class Worker:
                 execution.job.attempt,
                 exc_info=outcome.error,
             )
-        self._acks.submit(execution, outcome.transition if outcome is not None else None)
+        self._acks.submit(
+            execution,
+            outcome.transition if outcome is not None else None,
+            linger=self._pool.queued() > 0,
+        )
         return True
 
     def _abandon(self, execution: Execution) -> None:

@@ -26,7 +26,7 @@ def test_no_setting_at_all_gives_the_documented_defaults(settings: Any) -> None:
     assert parsed.lease == timedelta(minutes=5)
     assert parsed.heartbeat == timedelta(minutes=1)
     assert (parsed.poll_min, parsed.poll_max) == (timedelta(seconds=0.2), timedelta(seconds=5))
-    assert parsed.claim_batch == 16
+    assert parsed.claim_batch == 64
     assert parsed.interruption_limit == 10
     assert parsed.default_retry == Retry.exponential(5)
 
