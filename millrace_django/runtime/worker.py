@@ -43,6 +43,7 @@ from millrace_django.runtime.heartbeat import Heartbeat
 from millrace_django.runtime.hooks import Hooks
 from millrace_django.runtime.inflight import Execution, InFlight
 from millrace_django.runtime.polling import Backoff, Wakeup
+from millrace_django.runtime.registry import WorkerRegistration
 from millrace_django.runtime.shutdown import StopRequests
 from millrace_django.runtime.threads import JOIN_TIMEOUT, PREFETCH_BATCHES, JobPool, LoopThread
 
@@ -133,6 +134,13 @@ class Worker:
         self._heartbeat = Heartbeat(
             storage, clock, self._in_flight, worker_id=self.worker_id, lease=config.lease
         )
+        self._registration = WorkerRegistration(
+            storage,
+            clock,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            concurrency=self.concurrency,
+        )
         self._acks = Acknowledger(
             storage,
             on_acknowledged=self._acknowledged,
@@ -180,6 +188,7 @@ class Worker:
         this every ``heartbeat`` by the clock)."""
         with self._hooks.around_turn():
             self._heartbeat.beat()
+            self._registration.beat(self._in_flight.count())
         self._count("heartbeats")
 
     @property
@@ -204,6 +213,8 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------
 
     def _start(self) -> None:
+        with self._hooks.around_turn():
+            self._registration.beat(0)  # visible in the registry before its first heartbeat
         self._pool.start()
         self._loop.start()
         self._acks.start()

@@ -393,3 +393,21 @@ def test_an_acknowledgement_with_nothing_queued_behind_it_is_written_at_once(
         assert sum(storage.batches) == 2 and results == [True, True]
     finally:
         writer.close()
+
+
+def test_a_running_worker_appears_in_the_registry_and_heartbeats_refresh_it(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    thread = start_worker(tick=timedelta(minutes=1))
+    wait_until(lambda: len(storage.list_workers()) == 1, "the worker to register")
+    (row,) = storage.list_workers()
+    assert row.worker_id == thread.worker.worker_id
+    assert (row.concurrency, row.in_flight, row.seen_at) == (4, 0, clock.now())
+    clock.advance(settings.heartbeat)
+    thread.worker.heartbeat()
+    (row,) = storage.list_workers()
+    assert row.seen_at == clock.now()
