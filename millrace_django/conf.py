@@ -7,11 +7,11 @@ of a worker at 3 a.m.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import timedelta
 from functools import cache
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -20,32 +20,17 @@ from django.dispatch import receiver
 
 from millrace_django.contract import RetrySpec
 from millrace_django.engine.errors import InvalidRetry
-from millrace_django.engine.retry import Retry, validate_retry
+from millrace_django.engine.retry import validate_retry
+from millrace_django.runtime.config import RuntimeSettings
 from millrace_django.storage import PROVIDERS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MillraceSettings:
-    """Validated settings; see ``docs/configuration.md`` for each one."""
+class MillraceSettings(RuntimeSettings):
+    """Validated settings: the runtime's (and their defaults) plus where jobs are stored."""
 
     storage: str = "orm"
     database: str = "default"
-    queues: frozenset[str] = frozenset({"default"})
-    default_queue: str = "default"
-    concurrency: int = field(default_factory=lambda: max(4, 2 * (os.cpu_count() or 1)))
-    lease: timedelta = timedelta(minutes=5)
-    heartbeat: timedelta = timedelta(minutes=1)
-    claim_batch: int = 64
-    poll_min: timedelta = timedelta(milliseconds=200)
-    poll_max: timedelta = timedelta(seconds=5)
-    scheduler_interval: timedelta = timedelta(seconds=1)
-    activation_batch: int = 100
-    shutdown_timeout: timedelta = timedelta(seconds=15)
-    shutdown_grace: timedelta = timedelta(seconds=2)
-    interruption_limit: int = 10
-    default_retry: RetrySpec = field(default_factory=lambda: Retry.exponential(5))
-    retention: timedelta | None = timedelta(days=7)
-    purge_batch: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +172,20 @@ def parse_settings(raw: Any, database_aliases: Iterable[str] = ("default",)) -> 
             )
     if problems:
         raise InvalidSettings(problems)
-    parsed = MillraceSettings(**values)
-    problems.extend(_cross_checks(parsed, set(database_aliases)))
+    problems.extend(_cross_checks(SimpleNamespace(**(_defaults() | values)), set(database_aliases)))
     if problems:
         raise InvalidSettings(problems)
-    return parsed
+    return MillraceSettings(**values)
 
 
-def _cross_checks(s: MillraceSettings, aliases: set[str]) -> Iterable[SettingProblem]:
+def _defaults() -> dict[str, Any]:
+    return {
+        f.name: f.default if f.default_factory is MISSING else f.default_factory()
+        for f in fields(MillraceSettings)
+    }
+
+
+def _cross_checks(s: Any, aliases: set[str]) -> Iterable[SettingProblem]:
     if s.lease <= s.heartbeat:
         yield SettingProblem(
             "millrace.E004",
