@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
+from pgserver import admin_connection, server_url
 from psycopg import sql as pgsql
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,28 +70,9 @@ CROSS JOIN LATERAL (
 """
 
 
-def server_url() -> str:
-    url = os.environ.get("MILLRACE_TEST_POSTGRES_URL")
-    if not url:
-        sys.exit('MILLRACE_TEST_POSTGRES_URL is not set: first `eval "$(scripts/testdb.sh start)"`')
-    return url
-
-
-def admin(url: str) -> psycopg.Connection[Any]:
-    parts = urlsplit(url)
-    return psycopg.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 5432,
-        user=unquote(parts.username or ""),
-        password=unquote(parts.password or ""),
-        dbname=parts.path.lstrip("/") or "postgres",
-        autocommit=True,
-    )
-
-
 def recreate(url: str, name: str, *, create: bool) -> None:
     drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
-    with admin(url) as conn:
+    with admin_connection(url) as conn:
         for attempt in range(60):  # autovacuum may be analysing the fresh rows: wait for it
             try:
                 conn.execute(drop)

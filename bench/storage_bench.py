@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
+from pgserver import admin_connection, server_url
 from psycopg import sql as pgsql
 
 from millrace_django.clock import SystemClock
@@ -171,28 +172,6 @@ class Report:
 
 
 # --------------------------------------------------------------------------- set-up
-
-
-def server_url() -> str:
-    url = os.environ.get("MILLRACE_TEST_POSTGRES_URL")
-    if not url:
-        sys.exit(
-            "MILLRACE_TEST_POSTGRES_URL is not set: run `make bench`, or first "
-            '`eval "$(scripts/testdb.sh start)"`'
-        )
-    return url
-
-
-def admin_connection(url: str) -> psycopg.Connection[Any]:
-    parts = urlsplit(url)
-    return psycopg.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 5432,
-        user=unquote(parts.username or ""),
-        password=unquote(parts.password or ""),
-        dbname=parts.path.lstrip("/") or "postgres",
-        autocommit=True,
-    )
 
 
 def create_database(url: str, name: str) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
+from pgserver import admin_connection, server_url
 from psycopg import sql as pgsql
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,30 +107,8 @@ class Report:
 # --------------------------------------------------------------------------- set-up
 
 
-def server_url() -> str:
-    url = os.environ.get("MILLRACE_TEST_POSTGRES_URL")
-    if not url:
-        sys.exit(
-            "MILLRACE_TEST_POSTGRES_URL is not set: first "
-            '`eval "$(scripts/testdb.sh start)"` (or run it under `scripts/testdb.sh run --`)'
-        )
-    return url
-
-
-def admin(url: str) -> psycopg.Connection[Any]:
-    parts = urlsplit(url)
-    return psycopg.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 5432,
-        user=unquote(parts.username or ""),
-        password=unquote(parts.password or ""),
-        dbname=parts.path.lstrip("/") or "postgres",
-        autocommit=True,
-    )
-
-
 def recreate_database(url: str, name: str, *, create: bool) -> None:
-    with admin(url) as conn:
+    with admin_connection(url) as conn:
         drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
         conn.execute(drop.format(pgsql.Identifier(name)))
         if create:
