@@ -3,13 +3,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE := testproject.settings
 
-.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit bench clean
+.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers clean
 
 demo: $(PY)
 	@bash scripts/demo.sh
 
 test: system-deps chromium-deps $(PY) lint typecheck layers facts-check migrations-check
 	@bash scripts/testdb.sh run -- $(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+# The reliability scenarios at full size (docs/reliability.md), RELIABILITY_RUNS times in a
+# row; `make test` runs them at the CI size.
+RELIABILITY_RUNS ?= 3
+reliability: system-deps $(PY)
+	@bash scripts/testdb.sh run -- bash -c 'for run in $$(seq $(RELIABILITY_RUNS)); do \
+		echo "reliability run $$run of $(RELIABILITY_RUNS) (full tier)"; \
+		MILLRACE_RELIABILITY=full $(PY) -m pytest -p no:cacheprovider tests/reliability \
+			$(PYTEST_ARGS) || exit 1; done'
 
 system-deps:
 	@bash scripts/testdb.sh deps
@@ -44,6 +53,11 @@ unit: $(PY)
 
 bench: system-deps $(PY)
 	@bash scripts/testdb.sh run -- $(PY) bench/storage_bench.py
+
+# Millrace beside procrastinate, django-tasks-db, pgqueuer, Celery and a raw-SQL bound
+# (peers installed into .tmp/bench-peers/venv); BENCH_ARGS=--quick for a smoke run.
+bench-peers: system-deps $(PY)
+	@bash scripts/testdb.sh run -- $(PY) bench/peer_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .tmp db.sqlite3

@@ -4,8 +4,10 @@ pickup latency of steady arrivals (see bench/README.md).
 Creates a dedicated database on the server named by ``MILLRACE_TEST_POSTGRES_URL``,
 migrates it, and for each configuration (the defaults, then tuned ones) seeds a backlog
 of no-op jobs and times a worker running until idle with the same connection hooks as
-``manage.py millrace_worker``. Then it enqueues jobs one by one at a steady rate while a
-worker runs, and reports enqueue-commit to handler-start latency. It prints figures and
+``manage.py millrace_worker``. Then the same drain by ``manage.py millrace_worker
+--processes N`` (1 and 4 processes, started and settled before the backlog commits).
+Then it enqueues jobs one by one at a steady rate while a worker runs, and reports
+enqueue-commit to handler-start latency. It prints figures and
 asserts nothing; the database is dropped at the end. Every loop is bounded.
 
     eval "$(scripts/testdb.sh start)"; .venv/bin/python bench/worker_bench.py [--quick]
@@ -18,14 +20,16 @@ import json
 import logging
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from pgserver import admin_connection, server_url
@@ -34,6 +38,10 @@ from psycopg import sql as pgsql
 REPO = Path(__file__).resolve().parent.parent
 ALIAS = "bench"
 SEED_CHUNK = 1_000
+PROCESS_START_CAP = 60.0
+"""Seconds worker processes may take to start and register before the run gives up."""
+PROCESS_POLL = 0.02
+"""Seconds between looks at a multi-process drain's progress."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class Sizes:
     backlog: int
     tuned: tuple[tuple[int, int], ...]
     """(claim_batch, concurrency) of the tuned configurations tried."""
+    processes: tuple[int, ...]
+    """Worker process counts of the ``millrace_worker --processes N`` drains."""
     arrivals_per_second: int
     arrival_seconds: float
     drain_cap: float
@@ -50,6 +60,7 @@ class Sizes:
 FULL = Sizes(
     backlog=10_000,
     tuned=((64, 64), (128, 128), (200, 200)),
+    processes=(1, 4),
     arrivals_per_second=200,
     arrival_seconds=10.0,
     drain_cap=120.0,
@@ -57,6 +68,7 @@ FULL = Sizes(
 QUICK = Sizes(
     backlog=3_000,
     tuned=((128, 128),),
+    processes=(1, 4),
     arrivals_per_second=100,
     arrival_seconds=3.0,
     drain_cap=30.0,
@@ -68,6 +80,7 @@ class Drain:
     configuration: str
     claim_batch: int
     concurrency: int
+    processes: int
     jobs: int
     seconds: float
     succeeded: int
@@ -100,6 +113,7 @@ class Report:
     machine: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, Any] = field(default_factory=dict)
     drains: list[Drain] = field(default_factory=list)
+    process_drains: list[Drain] = field(default_factory=list)
     pickups: list[Pickup] = field(default_factory=list)
     targets: list[dict[str, Any]] = field(default_factory=list)
 
@@ -120,6 +134,11 @@ def setup_django(url: str, name: str) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     from django.conf import settings
 
+    # Only ``default`` and the bench's alias, as in a project: the worker checks each
+    # alias's connection around every job (Django's close_old_connections), so the test
+    # suite's extra aliases would cost every job a few microseconds.
+    for alias in [alias for alias in settings.DATABASES if alias != "default"]:
+        del settings.DATABASES[alias]
     parts = urlsplit(url)
     settings.DATABASES[ALIAS] = {
         "ENGINE": "django.db.backends.postgresql",
@@ -208,8 +227,9 @@ def empty_tables() -> None:
     sql("TRUNCATE millrace_job, millrace_job_attempt, millrace_job_log")
 
 
-def seed(store: Any, count: int) -> None:
-    """``count`` enqueued no-op jobs, stored through the provider in chunks."""
+def seed(store: Any, count: int, *, analyze: bool = True) -> None:
+    """``count`` enqueued no-op jobs, stored through the provider in chunks (then the
+    table analyzed, unless inside a transaction that workers are waiting on)."""
     import worker_bench_jobs
 
     from millrace_django.contract import JobState
@@ -226,7 +246,8 @@ def seed(store: Any, count: int) -> None:
             ]
         )
         left -= chunk
-    sql("VACUUM (ANALYZE) millrace_job")
+    if analyze:
+        sql("VACUUM (ANALYZE) millrace_job")
 
 
 def new_worker(store: Any, config: Any) -> Any:
@@ -300,6 +321,7 @@ def drain(name: str, config: Any, sizes: Sizes) -> Drain:
         configuration=name,
         claim_batch=config.claim_batch,
         concurrency=config.concurrency,
+        processes=1,
         jobs=sizes.backlog,
         seconds=elapsed,
         succeeded=succeeded_count(),
@@ -316,6 +338,82 @@ def drain(name: str, config: Any, sizes: Sizes) -> Drain:
         flush=True,
     )
     return result
+
+
+def drain_processes(
+    name: str, processes: int, config: Any, sizes: Sizes, database_url: str
+) -> Drain:
+    """``manage.py millrace_worker --processes N --no-scheduler`` on the bench database
+    (Django settings ``peers.django_settings``, ``MILLRACE`` set to this configuration).
+    Timed from the commit of the whole backlog (one transaction, once every process has
+    registered) until every job is ``succeeded``; then the workers are stopped."""
+    store = storage()
+    empty_tables()
+    sql("DELETE FROM millrace_worker")
+    overrides = {"CLAIM_BATCH": config.claim_batch, "CONCURRENCY": config.concurrency}
+    environment = {
+        key: value for key, value in os.environ.items() if not key.startswith("MILLRACE_TEST_")
+    }
+    environment |= {
+        "DJANGO_SETTINGS_MODULE": "peers.django_settings",
+        "PEER_SYSTEM": "millrace",
+        "PEER_DB_URL": database_url,
+        "PEER_MILLRACE": json.dumps(overrides),
+        "PYTHONPATH": os.pathsep.join([str(REPO / "bench"), str(REPO)]),
+    }
+    command = [sys.executable, "-m", "django", "millrace_worker", "--no-scheduler"]
+    command += [f"--processes={processes}", "--verbosity=0"]
+    supervisor = subprocess.Popen(command, env=environment, cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + PROCESS_START_CAP
+        while sql("SELECT count(*) FROM millrace_worker")[0][0] < processes:
+            if supervisor.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{processes} worker process(es) did not start")
+            time.sleep(0.1)
+        time.sleep(0.5)  # let each settle into its idle wait
+        from django.db import transaction
+
+        with transaction.atomic(using=ALIAS):
+            seed(store, sizes.backlog, analyze=False)
+        start = time.perf_counter()
+        done = 0
+        while time.perf_counter() - start < sizes.drain_cap:
+            done = succeeded_count()
+            if done >= sizes.backlog:
+                break
+            time.sleep(PROCESS_POLL)
+        elapsed = time.perf_counter() - start
+    finally:
+        supervisor.send_signal(signal.SIGTERM)
+        try:
+            supervisor.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+            supervisor.wait(10)
+    result = Drain(
+        configuration=name,
+        claim_batch=config.claim_batch,
+        concurrency=config.concurrency,
+        processes=processes,
+        jobs=sizes.backlog,
+        seconds=elapsed,
+        succeeded=done,
+        capped=done < sizes.backlog,
+    )
+    print(
+        f"  {name:<15} batch {config.claim_batch:>3}  concurrency {config.concurrency:>3}  "
+        f"{processes} process{'es' if processes > 1 else '  '}  {result.succeeded:>6} jobs in "
+        f"{elapsed:5.2f} s  {result.per_second:7,.0f} jobs/s"
+        + ("  (capped)" if result.capped else ""),
+        flush=True,
+    )
+    return result
+
+
+def bench_database_url(url: str, name: str) -> str:
+    """``url`` naming the database ``name`` instead."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 def pickup(name: str, config: Any, sizes: Sizes) -> Pickup:
@@ -423,6 +521,26 @@ def main() -> None:
         best = max(report.drains, key=lambda d: d.per_second)
 
         print(
+            f"\ndrain: the same backlog, `millrace_worker --processes N` "
+            f"({os.cpu_count()} CPUs here)"
+        )
+        database_url = bench_database_url(url, name)
+        for processes in sizes.processes:
+            report.process_drains.append(
+                drain_processes("default", processes, settings_with(), sizes, database_url)
+            )
+        best_processes = settings_with(claim_batch=best.claim_batch, concurrency=best.concurrency)
+        report.process_drains.append(
+            drain_processes(
+                f"best ({best.claim_batch}/{best.concurrency})",
+                max(sizes.processes),
+                best_processes,
+                sizes,
+                database_url,
+            )
+        )
+
+        print(
             f"\npickup: {sizes.arrivals_per_second}/s single enqueues for "
             f"{sizes.arrival_seconds:g} s, commit to handler start"
         )
@@ -443,8 +561,9 @@ def main() -> None:
         recreate_database(url, name, create=False)
     if options.json:
         data = asdict(report)
-        for drain_result, entry in zip(report.drains, data["drains"], strict=True):
-            entry["jobs_per_second"] = round(drain_result.per_second, 1)
+        for key in ("drains", "process_drains"):
+            for drain_result, entry in zip(getattr(report, key), data[key], strict=True):
+                entry["jobs_per_second"] = round(drain_result.per_second, 1)
         Path(options.json).write_text(json.dumps(data, indent=2, default=str))
 
 

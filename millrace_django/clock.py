@@ -1,7 +1,10 @@
 """The one clock: every lease, due time and schedule comparison asks it for "now".
 
 Storage and engine never call ``datetime.now()`` themselves, so tests can travel in time
-with a :class:`FakeClock` instead of sleeping.
+with a :class:`FakeClock` instead of sleeping. Nodes whose clocks disagree would read
+each other's leases as expired too early (or too late); a :class:`CorrectedClock` adds
+the measured offset to the database's clock (read through :class:`DatabaseTime`), so
+every node compares in the database's time.
 """
 
 from __future__ import annotations
@@ -23,6 +26,47 @@ class SystemClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+class CorrectedClock:
+    """``source`` plus an offset that a calibration updates; thread-safe.
+
+    The offset is what to add to ``source`` to read the database's time (see
+    :class:`~millrace_django.runtime.ClockSync`). It starts at zero.
+    """
+
+    def __init__(self, source: Clock, offset: timedelta = timedelta(0)) -> None:
+        self.source = source
+        self._offset = offset
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            offset = self._offset
+        return self.source.now() + offset
+
+    @property
+    def offset(self) -> timedelta:
+        with self._lock:
+            return self._offset
+
+    def set_offset(self, offset: timedelta) -> None:
+        with self._lock:
+            self._offset = offset
+
+
+@runtime_checkable
+class DatabaseTime(Protocol):
+    """A storage that can read its database's clock, so nodes can calibrate to it.
+
+    Optional, and never used in a comparison: the storage still takes "now" from its
+    injected clock only.
+    """
+
+    def database_time(self) -> datetime | None:
+        """The database's current time (aware UTC), read with one round trip; ``None``
+        when the database runs on this machine's clock (SQLite, memory)."""
+        ...
 
 
 class FakeClock:

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from millrace_django.contract import RetrySpec
 from millrace_django.engine.errors import InvalidRetry
@@ -31,6 +32,12 @@ class MillraceSettings(RuntimeSettings):
 
     storage: str = "orm"
     database: str = "default"
+    clock: str = "millrace_django.clock.SystemClock"
+    """Dotted path to the callable that makes the process's source of time (a
+    :class:`~millrace_django.clock.Clock`); calibrated to the database's if ``clock_sync``."""
+    statement_timeout: timedelta = timedelta(seconds=30)
+    """Bound on each statement (lock waits included) of the ``orm`` storage: a database
+    that hangs makes a storage call fail after this long instead of blocking a worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,26 @@ def _queues(value: Any) -> frozenset[str]:
     return queues
 
 
+def _boolean(value: Any) -> bool:
+    if type(value) is not bool:
+        raise TypeError("True or False")
+    return value
+
+
+def _clock_factory(value: Any) -> str:
+    expected = "an importable dotted path to a Clock class or factory, such as "
+    expected += "'millrace_django.clock.SystemClock'"
+    if not isinstance(value, str):
+        raise TypeError(expected)
+    try:
+        factory = import_string(value)
+    except ImportError as error:
+        raise ValueError(f"{expected} ({error})") from error
+    if not callable(factory):
+        raise ValueError(f"{expected} ({value} is not callable)")
+    return value
+
+
 def _storage(value: Any) -> str:
     if value not in PROVIDERS:
         raise ValueError(f"one of {', '.join(PROVIDERS)}")
@@ -119,6 +146,10 @@ def _retry(value: Any) -> RetrySpec:
 _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "STORAGE": ("storage", _storage),
     "DATABASE": ("database", _name),
+    "CLOCK": ("clock", _clock_factory),
+    "CLOCK_SYNC": ("clock_sync", _boolean),
+    "CLOCK_SKEW_WARNING": ("clock_skew_warning", _positive_duration),
+    "STATEMENT_TIMEOUT": ("statement_timeout", _positive_duration),
     "QUEUES": ("queues", _queues),
     "DEFAULT_QUEUE": ("default_queue", _name),
     "CONCURRENCY": ("concurrency", _positive_int),

@@ -240,7 +240,7 @@ class MillraceBackend(BaseTaskBackend):
                 f"Queue '{task.queue_name}' is not served by Millrace: {error}. "
                 "Add it to MILLRACE['QUEUES']."
             ) from error
-        (stored_id,) = client.storage.enqueue([record])
+        (stored_id,) = client.store([record])
         if stored_id != record.id:
             return self._holder_of_key(stored_id, record.idempotency_key)
         result: TaskResult[Any, Any] = TaskResult(

@@ -238,6 +238,9 @@ class JobStatistics:
     instances_by_state: Mapping[InstanceState, int]
     recurring_definitions: int
     overdue_recurring_definitions: int
+    oldest_enqueued_by_queue: Mapping[str, datetime] = field(default_factory=dict)
+    """Per queue with enqueued jobs: the creation time of the oldest of them (a job that
+    was scheduled or retried became ready later than it was created)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

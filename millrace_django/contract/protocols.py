@@ -3,7 +3,9 @@
 Providers implement mechanics only. The engine decides *what* happens (retry math, cron,
 continuations, workflow routing) and hands a provider records and transitions to apply
 all-or-nothing. Every "now" a provider needs comes from the :class:`~millrace_django.clock.Clock`
-it was built with; a provider never reads database time or the wall clock.
+it was built with; a provider never reads database time or the wall clock to decide
+anything (it may offer the database's time for calibration alone, see
+:class:`~millrace_django.clock.DatabaseTime`).
 
 Race losses are return values (``False``, ``None``, an omitted id); exceptions are for
 contract violations (:class:`~millrace_django.errors.StorageError` and its subclasses).

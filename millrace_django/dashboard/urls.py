@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from millrace_django.dashboard import api, views
+from millrace_django.dashboard import api, metrics, views
 
 app_name = "millrace_dashboard"
 
@@ -38,6 +38,8 @@ urlpatterns = [
     path("signals/", views.signals, name="signals"),
     path("queues/", views.queues, name="queues"),
     path("queues/<str:queue>/<slug:action>/", views.queue_action, name="queue-action"),
+    # Prometheus text exposition (see docs/observability.md).
+    path("metrics", metrics.metrics, name="metrics"),
     # The JSON API (see openapi.py).
     path(f"{API}info", api.info, name="api-info"),
     path(f"{API}statistics", api.statistics, name="api-statistics"),

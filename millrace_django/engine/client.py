@@ -47,6 +47,7 @@ from millrace_django.engine.registry import ConfiguredJob, JobLike, JobOptions, 
 from millrace_django.engine.retry import validate_retry
 from millrace_django.engine.tenancy import current_tenant
 from millrace_django.ids import new_id
+from millrace_django.observability.telemetry import publish
 
 
 class JobClient:
@@ -72,7 +73,7 @@ class JobClient:
         ``idempotency_key`` in the ambient tenant (then nothing is stored).
         """
         record = self.build(job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key)
-        return self.storage.enqueue([record])[0]
+        return self.store([record])[0]
 
     def schedule(
         self,
@@ -90,7 +91,7 @@ class JobClient:
         record = self.build(
             job, args, kwargs, state=JobState.SCHEDULED, key=idempotency_key, due_at=due_at
         )
-        return self.storage.enqueue([record])[0]
+        return self.store([record])[0]
 
     def continue_with(
         self,
@@ -109,7 +110,7 @@ class JobClient:
         record = self.build(
             job, args, kwargs, state=JobState.AWAITING, key=idempotency_key, parent_id=parent_id
         )
-        return self.storage.enqueue([record])[0]
+        return self.store([record])[0]
 
     def batch(
         self,
@@ -196,7 +197,7 @@ class JobClient:
         record = self.storage.get_recurring(recurring_id)
         if record is None:
             return False
-        self.storage.enqueue([occurrence(record, self.clock)])
+        self.store([occurrence(record, self.clock)])
         return True
 
     # -- managing jobs --------------------------------------------------------------------
@@ -238,9 +239,14 @@ class JobClient:
             requeued_from=original.id,
             recurring_id=original.recurring_id,
         )
-        return self.storage.enqueue([copy])[0]
+        return self.store([copy])[0]
 
     # -- building blocks (also used by Batch) ---------------------------------------------
+
+    def store(self, records: Sequence[JobRecord]) -> list[UUID]:
+        """Write new job records in one storage call, traced when OpenTelemetry is on
+        (each record then carries its enqueue's trace context to the worker)."""
+        return publish(self.storage, records)
 
     def build(
         self,
@@ -359,16 +365,14 @@ class Batch:
             self._store()
 
     def _store(self) -> None:
-        storage, clock, callback = self._client.storage, self._client.clock, self._callback
+        store, clock, callback = self._client.store, self._client.clock, self._callback
         if callback is None:
             if self._jobs:
-                self.ids = storage.enqueue(self._jobs)
+                self.ids = store(self._jobs)
             return
         batch_id = str(self.id)
         if not self._jobs:
-            storage.enqueue(
-                [callback.record(batch_id, zero_counts(), tenant=self.tenant, clock=clock)]
-            )
+            store([callback.record(batch_id, zero_counts(), tenant=self.tenant, clock=clock)])
             return
         watcher = watcher_record(
             batch_id,
@@ -379,7 +383,7 @@ class Batch:
             tenant=self.tenant,
             clock=clock,
         )
-        self.ids = storage.enqueue([*self._jobs, watcher])[: len(self._jobs)]
+        self.ids = store([*self._jobs, watcher])[: len(self._jobs)]
 
     def _bind_callback(
         self, job: JobLike, args: Sequence[Any], kwargs: Mapping[str, Any]

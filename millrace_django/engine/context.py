@@ -53,6 +53,9 @@ class Report:
     logs: tuple[LogLine, ...]
 
 
+_NOTHING_NEW = Report(progress=None, logs=())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SideEffects:
     """What a job's success carries into storage in the same atom as its transition:
@@ -86,9 +89,7 @@ class JobContext:
         """The storage the job was claimed from, when the runner says (the workflow
         dispatcher reads its instance there)."""
         self.side_effects: SideEffects | None = None
-        self.cancelled = threading.Event()
-        """Set when the job should stop; long loops check it or call
-        :meth:`raise_if_cancelled`."""
+        self._cancelled: threading.Event | None = None  # made when first asked for
         self._clock = clock
         self._lock = threading.Lock()
         self._reason: CancelReason | None = None
@@ -116,12 +117,26 @@ class JobContext:
 
     # -- cancellation ---------------------------------------------------------------------
 
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the job should stop; long loops check it or call
+        :meth:`raise_if_cancelled`. (Made on first use: most jobs never look.)"""
+        with self._lock:
+            event = self._cancelled
+            if event is None:
+                event = self._cancelled = threading.Event()
+                if self._reason is not None:
+                    event.set()
+            return event
+
     def cancel(self, reason: CancelReason) -> None:
         """Fire the cancellation (worker side); the first reason given sticks."""
         with self._lock:
             if self._reason is None:
                 self._reason = reason
-        self.cancelled.set()
+            event = self._cancelled
+        if event is not None:
+            event.set()
 
     @property
     def cancel_reason(self) -> CancelReason | None:
@@ -130,7 +145,7 @@ class JobContext:
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelled` once the cancellation has fired."""
-        if self.cancelled.is_set():
+        if self._reason is not None:
             raise JobCancelled(f"job {self.job_id} was cancelled ({self.cancel_reason})")
 
     # -- progress and logs ----------------------------------------------------------------
@@ -172,6 +187,8 @@ class JobContext:
     def take_report(self) -> Report:
         """Hand over what was reported since the last call (the worker persists it)."""
         with self._lock:
+            if not self._progress_pending and not self._logs:
+                return _NOTHING_NEW
             report = Report(
                 progress=self._progress if self._progress_pending else None,
                 logs=tuple(self._logs),

@@ -26,6 +26,7 @@ from millrace_django.engine.jsonvalues import json_problem
 from millrace_django.engine.registry import CONTEXT_PARAMETER, JobDefinition, lookup
 
 _BREAKING = "renaming or moving a job function while jobs are queued is a breaking deploy"
+_PLAIN_SEQUENCES = (list, tuple)
 
 
 def capture(
@@ -105,11 +106,15 @@ def decode(
 ) -> tuple[list[Any], dict[str, Any]]:
     """The stored arguments, checked against the function as deployed now."""
     args, kwargs = invocation.args, invocation.kwargs
-    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+    if type(args) not in _PLAIN_SEQUENCES and (
+        isinstance(args, str | bytes) or not isinstance(args, Sequence)
+    ):
         raise InvalidStoredArguments(
             f"stored positional arguments of {definition.target} are not a list: {args!r}"
         )
-    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+    if (type(kwargs) is not dict and not isinstance(kwargs, Mapping)) or (
+        kwargs and not all(isinstance(k, str) for k in kwargs)
+    ):
         raise InvalidStoredArguments(
             f"stored keyword arguments of {definition.target} are not an object: {kwargs!r}"
         )
@@ -118,7 +123,7 @@ def decode(
             f"stored arguments of {definition.target} name 'context', which the worker supplies"
         )
     try:
-        definition.signature.bind(*args, **kwargs)
+        definition.check_call(args, kwargs)
     except TypeError as error:
         raise InvalidStoredArguments(
             f"stored arguments no longer fit {definition.describe_call()}: "

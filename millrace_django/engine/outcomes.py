@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from millrace_django.clock import Clock
 from millrace_django.contract import (
@@ -38,6 +38,9 @@ from millrace_django.ids import new_id
 MAX_ERROR_LENGTH = 8192
 CANCELLED_BY_REQUEST = "Cancelled by request."
 _TRUNCATED = "\n... (truncated) ...\n"
+
+_AS_STORED = (bool, int, str)
+"""Result types that JSON stores unchanged (floats are checked: NaN is not JSON)."""
 
 type Observers = Sequence[JobDefinition[..., Any] | str]
 """A job's ``failure_observers``; each is enqueued with the dead job's id when it dies."""
@@ -83,16 +86,20 @@ def succeeded(
     """Success with a JSON ``result``; a result JSON cannot store unchanged is a failure.
 
     ``effects`` (a workflow step's checkpoint, next jobs and bookmarks) ride along."""
-    problem = json_problem(result)
-    if problem is not None:
-        return _failure(
-            job,
-            f"The job returned a value that cannot be stored as its result: it {problem}.",
-            clock=clock,
-            config=config,
-            observers=observers,
-        )
-    stored: JSON = json.loads(json.dumps(result))
+    stored: JSON
+    if result is None or type(result) in _AS_STORED:
+        stored = cast(JSON, result)  # JSON holds it as it is: nothing to copy (most return None)
+    else:
+        problem = json_problem(result)
+        if problem is not None:
+            return _failure(
+                job,
+                f"The job returned a value that cannot be stored as its result: it {problem}.",
+                clock=clock,
+                config=config,
+                observers=observers,
+            )
+        stored = json.loads(json.dumps(result))
     transition = JobTransition(
         **_fence(job),
         target=JobState.SUCCEEDED,

@@ -34,6 +34,9 @@ CONTEXT_PARAMETER = "context"
 RESERVED_PARAMETERS = frozenset({"idempotency_key", "delay", "at"})
 """Keywords ``enqueue``/``schedule`` keep for themselves."""
 
+FITTING_SHAPES = 64
+"""Call shapes each job remembers as fitting (a bound: ``**kwargs`` accepts any names)."""
+
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition[..., Any]] = {}
 
@@ -131,6 +134,8 @@ class JobDefinition[**P, R](_Submits):
         )
         """The signature arguments are bound against (``context`` left out)."""
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._fitting: set[tuple[int, frozenset[str]]] = set()
+        """Call shapes known to fit :attr:`signature` (see :meth:`check_call`)."""
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -138,6 +143,18 @@ class JobDefinition[**P, R](_Submits):
 
     def __repr__(self) -> str:
         return f"<job {self.target}>"
+
+    def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise ``TypeError`` if ``args`` and ``kwargs`` do not fit :attr:`signature`.
+
+        Whether a call binds depends only on its shape (how many positional arguments,
+        which keywords), so a worker binds each shape once, not every job."""
+        shape = (len(args), frozenset(kwargs))
+        if shape in self._fitting:
+            return
+        self.signature.bind(*args, **kwargs)
+        if len(self._fitting) < FITTING_SHAPES:
+            self._fitting.add(shape)
 
     def describe_call(self) -> str:
         """``"pkg.mod:fn(a, *, b=1)"``, for error messages (annotations left out)."""

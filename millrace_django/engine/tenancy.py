@@ -6,8 +6,6 @@ requests or coroutines never see each other's tenant.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 _current: ContextVar[str | None] = ContextVar("millrace_tenant", default=None)
@@ -18,16 +16,24 @@ def current_tenant() -> str | None:
     return _current.get()
 
 
-@contextmanager
-def tenant(tenant_id: str | None) -> Iterator[str | None]:
+class tenant:
     """Make ``tenant_id`` ambient inside the block; the previous tenant comes back after.
 
-    ``tenant(None)`` explicitly leaves every tenant (the untenanted scope).
+    ``tenant(None)`` explicitly leaves every tenant (the untenanted scope). (A class, not a
+    generator: the worker enters one around every job.)
     """
-    if tenant_id is not None and (not isinstance(tenant_id, str) or not tenant_id.strip()):
-        raise ValueError(f"a tenant id must be a non-blank string or None; got {tenant_id!r}")
-    token = _current.set(tenant_id)
-    try:
-        yield tenant_id
-    finally:
-        _current.reset(token)
+
+    __slots__ = ("_tenant_id", "_token")
+
+    def __init__(self, tenant_id: str | None) -> None:
+        self._tenant_id = tenant_id
+
+    def __enter__(self) -> str | None:
+        tenant_id = self._tenant_id
+        if tenant_id is not None and (not isinstance(tenant_id, str) or not tenant_id.strip()):
+            raise ValueError(f"a tenant id must be a non-blank string or None; got {tenant_id!r}")
+        self._token = _current.set(tenant_id)
+        return tenant_id
+
+    def __exit__(self, *exc_info: object) -> None:
+        _current.reset(self._token)

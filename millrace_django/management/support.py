@@ -18,8 +18,9 @@ from datetime import timedelta
 from django.core.management.base import CommandError
 from django.db import close_old_connections, connections
 
+from millrace_django import wiring
 from millrace_django.conf import InvalidSettings, MillraceSettings, get_settings
-from millrace_django.runtime import Hooks, handle_stop_signals
+from millrace_django.runtime import ClockSync, Hooks, handle_stop_signals
 
 LOGGER_NAME = "millrace_django"
 _LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
@@ -79,15 +80,17 @@ def parse_duration(option: str, text: str) -> timedelta:
 # -- connection hygiene -----------------------------------------------------------------
 
 
-@contextmanager
-def fresh_connections() -> Iterator[None]:
+class fresh_connections:
     """Around one job, on its thread: Django's request rules (``close_old_connections``
     before and after), so a job never inherits a broken connection or keeps one past
-    ``CONN_MAX_AGE``."""
-    close_old_connections()
-    try:
-        yield
-    finally:
+    ``CONN_MAX_AGE``. (A class, not a generator: it is entered around every job.)"""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        close_old_connections()
+
+    def __exit__(self, *exc_info: object) -> None:
         close_old_connections()
 
 
@@ -127,6 +130,17 @@ def close_connections() -> None:
 def connection_hooks() -> Hooks:
     """The hooks every command hands to the runtime."""
     return Hooks(around_job=fresh_connections, around_turn=tidy_connections)
+
+
+def calibrated_clock() -> ClockSync | None:
+    """The calibration of :func:`wiring.clock` (``None`` when ``CLOCK_SYNC`` is off or
+    there is nothing to calibrate to), measured once now, before the runtime reads the
+    clock; a failure is logged and the runtime measures again within seconds."""
+    sync = wiring.clock_sync()
+    if sync is not None:
+        with tidy_connections():
+            sync.sync_if_due()
+    return sync
 
 
 # -- logging and signals ----------------------------------------------------------------

@@ -5,6 +5,7 @@ builds a storage, a clock and settings, passes them in, and injects its connecti
 hygiene through :class:`Hooks`.
 """
 
+from millrace_django.runtime.clock_sync import ClockOffset, ClockSync, measure_offset
 from millrace_django.runtime.config import RuntimeSettings, SchedulerConfig, WorkerConfig
 from millrace_django.runtime.execution import Outcome, run_claimed
 from millrace_django.runtime.hooks import Hooks
@@ -19,6 +20,8 @@ from millrace_django.runtime.shutdown import handle_stop_signals
 from millrace_django.runtime.worker import Worker, WorkerStats, default_worker_id
 
 __all__ = [
+    "ClockOffset",
+    "ClockSync",
     "Hooks",
     "Outcome",
     "RuntimeSettings",
@@ -32,6 +35,7 @@ __all__ = [
     "default_worker_id",
     "fire_due_recurring",
     "handle_stop_signals",
+    "measure_offset",
     "purge_finished",
     "run_claimed",
 ]

@@ -8,19 +8,24 @@ larger writes for the same work. One submitted with nothing else queued is writt
 once. Each transition is still fenced on its own. Buffered progress is written first,
 while the claim still holds.
 
-A call that raises (the database is away) is retried a few times, then the batch is
-dropped: those jobs stay ``processing`` under this worker until their leases expire
-and another claim runs them again, which at-least-once execution allows.
+A call that raises (the database is away, or refuses the write) is retried in later
+turns, with a growing pause, each turn on a connection the host checked afresh (a
+server restart breaks the one in use). A transition is retried until its claim's lease
+ends, then given up: the job stays ``processing`` until that lease expires and another
+claim runs it again, which at-least-once execution allows. (The heartbeat no longer
+renews a finished job's lease, so a failing write cannot keep a claim alive forever.)
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from millrace_django.clock import Clock
 from millrace_django.contract import JobStorage, JobTransition
 from millrace_django.errors import ConcurrencyConflict, StorageError
 from millrace_django.runtime.execution import flush_progress, remerge
@@ -29,8 +34,10 @@ from millrace_django.runtime.threads import JOIN_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
-RETRY_DELAYS = (0.2, 0.4)
-"""Seconds between the tries of a batch whose ``apply_many`` raised."""
+FIRST_RETRY = 0.2
+"""Seconds before the first retry of a batch whose ``apply_many`` raised..."""
+LONGEST_RETRY = 5.0
+"""...doubling (with jitter) after each failure, up to this."""
 
 LINGER = 0.01
 """Seconds an acknowledgement may wait for its batch to fill while more jobs are queued."""
@@ -52,6 +59,7 @@ class Acknowledger:
     def __init__(
         self,
         storage: JobStorage,
+        clock: Clock,
         *,
         on_acknowledged: Acknowledged,
         around_turn: Callable[[], AbstractContextManager[object]],
@@ -59,6 +67,7 @@ class Acknowledger:
         batch: int = 1,
     ) -> None:
         self._storage = storage
+        self._clock = clock
         self._batch = batch
         """Pending acknowledgements that make a batch worth writing without lingering."""
         self._on_acknowledged = on_acknowledged
@@ -70,6 +79,10 @@ class Acknowledger:
         self._urgent = False
         """An acknowledgement is pending that must not linger."""
         self._lingering = False
+        self._failures = 0
+        """Consecutive ``apply_many`` calls that raised."""
+        self._retry_at = 0.0
+        """No write before this ``time.monotonic()`` (after a failure)."""
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -91,19 +104,21 @@ class Acknowledger:
             late = self._stopped
         if late:
             with self._around_turn():
-                self.flush()
+                self.flush(retry=False)
 
     def close(self) -> None:
-        """Write everything still queued, then stop the thread."""
+        """Try once more to write everything still queued (given up if that fails),
+        then stop the thread."""
         with self._ready:
             self._closing = True
             self._ready.notify()
         if self._thread.is_alive():
-            self._thread.join(JOIN_TIMEOUT + sum(RETRY_DELAYS))
+            self._thread.join(JOIN_TIMEOUT)
 
-    def flush(self) -> int:
+    def flush(self, *, retry: bool = False) -> int:
         """Write what is queued now, in one ``apply_many`` call; returns how many
-        executions were acknowledged."""
+        executions were acknowledged. If the call raises and ``retry`` is set, the
+        transitions whose lease has not ended stay queued for a later turn."""
         with self._ready:
             batch, self._pending = self._pending, []
             self._urgent = False
@@ -113,6 +128,17 @@ class Acknowledger:
         for execution, _ in writes:
             self._flush_progress(execution)
         results = self._apply([t for _, t in writes])
+        if isinstance(results, Exception):
+            error = results
+            if retry:
+                batch = self._keep_for_retry(batch, error)
+                failed = StorageError(
+                    f"given up at the end of its lease; it will run again: {error}"
+                )
+            else:
+                logger.warning("apply_many failed while stopping; not retried", exc_info=error)
+                failed = StorageError(f"apply_many failed: {error}")
+            results = [failed for _, t in batch if t is not None]
         outcomes = iter(results)
         done: list[Acknowledgement] = []
         for execution, transition in batch:
@@ -132,16 +158,19 @@ class Acknowledger:
                 if not self._pending:
                     self._stopped = True
                     return
+                if not self._closing:  # after a failure, pause (unless closing)
+                    self._ready.wait_for(lambda: self._closing, self._retry_at - time.monotonic())
                 if not self._ready_to_write():
                     self._lingering = True
                     self._ready.wait_for(self._ready_to_write, LINGER)
                     self._lingering = False
+                retry = not self._closing
             try:
                 with self._around_turn():
-                    self.flush()
+                    self.flush(retry=retry)
             except Exception:  # the hooks failed; keep the queue and try again shortly
                 logger.exception("acknowledgement turn failed; retrying")
-                time.sleep(RETRY_DELAYS[-1])
+                time.sleep(FIRST_RETRY)
 
     def _ready_to_write(self) -> bool:
         """Whether the pending batch goes out now; lock held."""
@@ -164,20 +193,48 @@ class Acknowledger:
         except Exception:
             logger.warning("cannot store the progress of job %s", execution.job.id, exc_info=True)
 
-    def _apply(self, transitions: list[JobTransition]) -> list[bool | StorageError]:
+    def _apply(self, transitions: list[JobTransition]) -> list[bool | StorageError] | Exception:
+        """The per-transition results, or what ``apply_many`` raised."""
         if not transitions:
             return []
-        delays = iter(RETRY_DELAYS)
-        while True:
-            try:
-                return self._storage.apply_many(transitions)
-            except Exception as error:
-                delay = next(delays, None)
-                if delay is None:
-                    logger.exception("dropping %d transitions after retries", len(transitions))
-                    return [StorageError(f"apply_many failed: {error}")] * len(transitions)
-                logger.warning("apply_many failed; retrying in %.1f s", delay, exc_info=True)
-                time.sleep(delay)
+        try:
+            results = self._storage.apply_many(transitions)
+        except Exception as error:
+            self._failures += 1
+            return error
+        self._failures = 0
+        return results
+
+    def _keep_for_retry(
+        self, batch: list[tuple[Execution, JobTransition | None]], error: Exception
+    ) -> list[tuple[Execution, JobTransition | None]]:
+        """Queue again the transitions of ``batch`` whose lease has not ended, to be
+        tried after a pause that doubles with each failure in a row (jittered, and no
+        later than the first of their leases' ends); return the rest, to be given up."""
+        now = self._clock.now()
+        again: list[tuple[Execution, JobTransition | None]] = []
+        given_up: list[tuple[Execution, JobTransition | None]] = []
+        for execution, transition in batch:
+            lease_until = execution.lease_until
+            live = transition is not None and lease_until is not None and now < lease_until
+            (again if live else given_up).append((execution, transition))
+        ceiling = min(LONGEST_RETRY, FIRST_RETRY * 2 ** (self._failures - 1))
+        pause = random.uniform(ceiling / 2, ceiling)
+        if again:
+            ends = min(execution.lease_until for execution, _ in again if execution.lease_until)
+            pause = min(pause, max(0.0, (ends - now).total_seconds()))
+        self._retry_at = time.monotonic() + pause
+        with self._ready:
+            self._pending[:0] = again
+        logger.warning(
+            "apply_many of %d transitions failed (%d in a row); retrying %d in %.3f s",
+            sum(transition is not None for _, transition in batch),
+            self._failures,
+            len(again),
+            pause,
+            exc_info=error,
+        )
+        return given_up
 
     @staticmethod
     def _report(execution: Execution, transition: JobTransition | None, result: Result) -> None:
@@ -199,7 +256,7 @@ class Acknowledger:
             )
         else:
             logger.error(
-                "job %s: storage refused its %s transition: %s",
+                "job %s: its %s transition was not written: %s",
                 execution.job.id,
                 transition.target.value,
                 result,

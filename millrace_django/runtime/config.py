@@ -92,11 +92,16 @@ class RuntimeSettings(EngineSettings):
     activation_batch: int = 100
     retention: timedelta | None = timedelta(days=7)
     purge_batch: int = 1000
+    clock_sync: bool = True
+    """Calibrate the clock to the database's (see :class:`~millrace_django.runtime.ClockSync`)."""
+    clock_skew_warning: timedelta = timedelta(seconds=1)
+    """A measured offset beyond this is logged as a warning (and corrected all the same)."""
 
     def __post_init__(self) -> None:
         EngineSettings.__post_init__(self)
         check_worker_config(self)
         check_scheduler_config(self)
+        _require(self.clock_skew_warning > timedelta(0), "clock_skew_warning must be positive")
 
 
 def check_worker_config(config: WorkerConfig) -> None:

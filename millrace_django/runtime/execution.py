@@ -30,6 +30,7 @@ from millrace_django.engine import (
 )
 from millrace_django.engine.outcomes import Observers
 from millrace_django.errors import ConcurrencyConflict, StorageError
+from millrace_django.observability.telemetry import Observed
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,24 @@ def run_claimed(
     cancel request or a poison pill ends it without running. Once ``context`` has been
     cancelled, the reason decides, whatever the function returned or raised: a job told
     to stop may have stopped half-way. ``KeyboardInterrupt`` propagates; every other
-    exception, ``SystemExit`` included, is the job's failure.
+    exception, ``SystemExit`` included, is the job's failure. Meanwhile ``job`` is the
+    current job of its log records, and its attempt is traced and measured when
+    OpenTelemetry is on (:mod:`millrace_django.observability`).
     """
+    with Observed(job, clock) as observed:
+        outcome = _run(job, context, clock=clock, config=config, loop=loop)
+        observed.end(outcome.transition, outcome.error)
+        return outcome
+
+
+def _run(
+    job: JobRecord,
+    context: JobContext,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+    loop: asyncio.AbstractEventLoop | None,
+) -> Outcome:
     try:
         prepared = prepare(job)
     except UnrunnableJob as error:

@@ -1,9 +1,10 @@
 """Keeping claims alive, and learning when a running job must stop.
 
-Each beat renews every lease this worker holds in one call. The provider omits an id
-whose job was asked to cancel, or whose claim is no longer ours; one read tells which.
-A failed read keeps the job running (the next beat asks again). The beat also writes
-the progress and log lines jobs buffered since the last one.
+Each beat renews, in one call, the lease of every job this worker still runs (or has
+yet to start). The provider omits an id whose job was asked to cancel, or whose claim
+is no longer ours; one read tells which. A failed read keeps the job running (the next
+beat asks again). The beat also writes the progress and log lines jobs buffered since
+the last one.
 """
 
 from __future__ import annotations
@@ -39,16 +40,24 @@ class Heartbeat:
         self._lease = lease
 
     def beat(self) -> None:
-        """Renew, fire the cancellation of jobs that must stop, flush reports."""
-        held = self._in_flight.all()
+        """Renew, fire the cancellation of jobs that must stop, flush reports.
+
+        Only executions whose outcome is not decided yet are renewed: one that finished
+        keeps the lease it has while its transition is written (retried until that
+        lease ends), so a healthy heartbeat never keeps alive the claim of a job whose
+        completion cannot be written (Solid Queue #748)."""
+        held = self._in_flight.running()
         if not held:
             return
+        renewed_until = self._clock.now() + self._lease  # no later than the stored one
         renewed = self._storage.renew_leases(
             self._worker_id, [execution.job.id for execution in held], self._lease
         )
         for execution in held:
+            if execution.job.id in renewed:
+                execution.lease_until = renewed_until
             if execution.settled:
-                continue  # its outcome is decided; the acknowledgement deals with it
+                continue  # decided meanwhile; the acknowledgement deals with it
             if execution.job.id not in renewed:
                 self._disambiguate(execution)
             self._flush(execution)

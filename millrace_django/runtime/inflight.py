@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from uuid import UUID
 
 from millrace_django.clock import Clock
 from millrace_django.contract import JobRecord
@@ -27,13 +26,25 @@ from millrace_django.engine import CancelReason, JobContext
 class Execution:
     """One claimed attempt of one job, as this worker runs it."""
 
-    __slots__ = ("_cancelled_at", "_lock", "_settled", "_started", "context", "deadline", "job")
+    __slots__ = (
+        "_cancelled_at",
+        "_lock",
+        "_settled",
+        "_started",
+        "context",
+        "deadline",
+        "job",
+        "lease_until",
+    )
 
     def __init__(self, job: JobRecord, context: JobContext) -> None:
         self.job = job
         self.context = context
         self.deadline: datetime | None = None
         """When the timeout fires (clock time), if the job has one and has started."""
+        self.lease_until = job.lease_until
+        """When the claim lapses at the latest (clock time), as of its last renewal: a
+        transition that cannot be written by then is given up (the job will run again)."""
         self._lock = threading.Lock()
         self._cancelled_at: datetime | None = None
         self._settled = False
@@ -102,7 +113,8 @@ class InFlight:
     """The worker's executions by job id, from claim to acknowledgement (thread-safe)."""
 
     def __init__(self) -> None:
-        self._executions: dict[UUID, Execution] = {}
+        self._executions: dict[int, Execution] = {}
+        """By ``job.id.int``: an int hashes in C, a UUID in Python (twice per job here)."""
         self._changed = threading.Condition()  # reentrant: predicates call count()
         self._watchers = 0
 
@@ -114,8 +126,9 @@ class InFlight:
         with self._changed:
             held = self._executions
             for execution in executions:
-                previous = held.get(execution.job.id)
-                held[execution.job.id] = execution
+                key = execution.job.id.int
+                previous = held.get(key)
+                held[key] = execution
                 if previous is not None:
                     replaced.append(previous)
         return replaced
@@ -130,8 +143,9 @@ class InFlight:
         with self._changed:
             held = self._executions
             for execution in executions:
-                if held.get(execution.job.id) is execution:
-                    del held[execution.job.id]
+                key = execution.job.id.int
+                if held.get(key) is execution:
+                    del held[key]
             if self._watchers:
                 self._changed.notify_all()
 

@@ -18,6 +18,7 @@ from millrace_django.clock import Clock
 from millrace_django.contract import JobStorage, RecurringRecord
 from millrace_django.engine import InvalidCron
 from millrace_django.engine.recurring import following_fire_time, occurrence
+from millrace_django.runtime.clock_sync import ClockSync
 from millrace_django.runtime.config import SchedulerConfig, check_scheduler_config
 from millrace_django.runtime.hooks import Hooks
 
@@ -98,7 +99,11 @@ def _in_batches(step: Callable[[], tuple[int, int]], batch: int) -> int:
 
 
 class Scheduler:
-    """Periodic passes over the storage; safe to run on every node."""
+    """Periodic passes over the storage; safe to run on every node.
+
+    With ``clock_sync`` (built on ``clock``), each pass first calibrates the clock to
+    the database's when due, so a skewed machine fires nothing early.
+    """
 
     def __init__(
         self,
@@ -107,20 +112,24 @@ class Scheduler:
         config: SchedulerConfig,
         *,
         hooks: Hooks | None = None,
+        clock_sync: ClockSync | None = None,
     ) -> None:
         check_scheduler_config(config)
         self._storage = storage
         self._clock = clock
         self._config = config
         self._hooks = hooks or Hooks()
+        self._clock_sync = clock_sync
         self._stop = threading.Event()
 
     def run_once(self) -> SchedulerPass:
         """One pass at the clock's current time. Each step's failure is logged and
         does not prevent the others."""
-        now = self._clock.now()
         batch = self._config.activation_batch
         with self._hooks.around_turn():
+            if self._clock_sync is not None:
+                self._clock_sync.sync_if_due()
+            now = self._clock.now()
             activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
             fired = self._step(
                 "recurring", lambda: fire_due_recurring(self._storage, self._clock, now, batch)

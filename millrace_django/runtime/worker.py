@@ -27,7 +27,7 @@ import os
 import socket
 import threading
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -36,7 +36,10 @@ from millrace_django.clock import Clock
 from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobStorage
 from millrace_django.engine import CancelReason, JobContext, UnknownQueue, outcomes
 from millrace_django.ids import new_id
+from millrace_django.observability.logs import job_fields, log_attempt_end
+from millrace_django.observability.telemetry import watch_queue_depth
 from millrace_django.runtime.acks import Acknowledgement, Acknowledger
+from millrace_django.runtime.clock_sync import ClockSync
 from millrace_django.runtime.config import WorkerConfig, check_worker_config
 from millrace_django.runtime.execution import Outcome, cancellation_outcome, run_claimed
 from millrace_django.runtime.heartbeat import Heartbeat
@@ -90,6 +93,10 @@ class Worker:
     in-flight jobs finish for up to ``shutdown_timeout``, then fires their cancellation
     and, after ``shutdown_grace``, releases what still runs; a second request releases
     at once. A released job is claimable again and spends no retry budget.
+
+    With ``clock_sync`` (built on ``clock``), the clock is calibrated to the database's
+    before the first claim and again every minute, so a skewed machine neither reclaims
+    live leases early nor writes leases that others read as expired.
     """
 
     def __init__(
@@ -103,6 +110,7 @@ class Worker:
         worker_id: str | None = None,
         hooks: Hooks | None = None,
         tick: timedelta = DEFAULT_TICK,
+        clock_sync: ClockSync | None = None,
     ) -> None:
         check_worker_config(config)
         self.queues = frozenset(config.queues if queues is None else queues)
@@ -122,6 +130,7 @@ class Worker:
         self._config = config
         self._hooks = hooks or Hooks()
         self._tick = tick.total_seconds()
+        self._clock_sync = clock_sync
         self._stops = StopRequests()
         self._in_flight = InFlight()
         self._tally: Counter[str | JobState] = Counter()
@@ -143,6 +152,7 @@ class Worker:
         )
         self._acks = Acknowledger(
             storage,
+            clock,
             on_acknowledged=self._acknowledged,
             around_turn=self._hooks.around_turn,
             name="millrace-acks",
@@ -152,6 +162,7 @@ class Worker:
         self._maintenance = threading.Thread(
             target=self._maintain, name="millrace-maintenance", daemon=True
         )
+        self._unwatch_depth: Callable[[], None] | None = None
 
     # -- public API -----------------------------------------------------------------------
 
@@ -213,6 +224,7 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------
 
     def _start(self) -> None:
+        self._sync_clock()  # before the first claim compares a lease with the clock
         with self._hooks.around_turn():
             self._registration.beat(0)  # visible in the registry before its first heartbeat
         self._pool.start()
@@ -220,6 +232,7 @@ class Worker:
         self._acks.start()
         self._wakeup.start()
         self._maintenance.start()
+        self._unwatch_depth = watch_queue_depth(self._storage, self._hooks.around_turn)
         logger.info(
             "worker %s started: queues %s, concurrency %d, notifications %s",
             self.worker_id,
@@ -249,6 +262,8 @@ class Worker:
         self._wakeup.close()
         self._pool.close()
         self._loop.close()
+        if self._unwatch_depth is not None:
+            self._unwatch_depth()
         logger.info("worker %s stopped", self.worker_id)
 
     def _release_unstarted(self) -> None:
@@ -334,6 +349,15 @@ class Worker:
         ]
         replaced = self._in_flight.add_all(executions)
         self._count("claimed", len(executions))
+        if logger.isEnabledFor(logging.DEBUG):
+            for job in claimed:
+                logger.debug(
+                    "job %s (%s) attempt %d claimed",
+                    job.id,
+                    job.invocation.target,
+                    job.attempt,
+                    extra=job_fields(job),
+                )
         if replaced:
             now = self._clock.now()
             for execution in replaced:
@@ -348,6 +372,15 @@ class Worker:
         replacement thread took over, so this one retires)."""
         if not execution.begin(self._clock):
             return True  # settled before it started (superseded, or its cancel came first)
+        job = execution.job
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "job %s (%s) attempt %d started",
+                job.id,
+                job.invocation.target,
+                job.attempt,
+                extra=job_fields(job),
+            )
         outcome: Outcome | None = None
         try:
             with self._hooks.around_job():
@@ -361,23 +394,19 @@ class Worker:
         except Exception:
             logger.exception(
                 "job %s: the worker failed around it; its lease will lapse and it will run again",
-                execution.job.id,
+                job.id,
+                extra=job_fields(job),
             )
         if not execution.settle():
             logger.info(
                 "job %s attempt %d returned after it was abandoned; its outcome is discarded",
-                execution.job.id,
-                execution.job.attempt,
+                job.id,
+                job.attempt,
+                extra=job_fields(job),
             )
             return False
-        if outcome is not None and outcome.error is not None:
-            logger.info(
-                "job %s (%s) attempt %d raised",
-                execution.job.id,
-                execution.job.invocation.target,
-                execution.job.attempt,
-                exc_info=outcome.error,
-            )
+        if outcome is not None:
+            log_attempt_end(logger, job, outcome.transition, outcome.error)
         self._acks.submit(
             execution,
             outcome.transition if outcome is not None else None,
@@ -402,6 +431,7 @@ class Worker:
             execution.job.id,
             execution.job.attempt,
             execution.context.cancel_reason,
+            extra=job_fields(execution.job),
         )
         self._settle_cancelled(execution)
 
@@ -431,13 +461,24 @@ class Worker:
         next_beat = self._clock.now() + self._config.heartbeat
         while not self._maintenance_done.wait(self._tick):
             try:
+                self._sync_clock()
                 now = self._clock.now()
                 self._enforce_deadlines(now)
-                if now >= next_beat:
+                # A clock stepped back (recalibrated, or set by hand) beats now rather
+                # than wait out the step while leases lapse.
+                if now >= next_beat or next_beat - now > self._config.heartbeat:
                     next_beat = now + self._config.heartbeat
                     self.heartbeat()
             except Exception:
                 logger.exception("worker %s: maintenance turn failed", self.worker_id)
+
+    def _sync_clock(self) -> None:
+        """Measure the clock's offset to the database's again when due (every
+        minute; see :class:`~millrace_django.runtime.ClockSync`)."""
+        sync = self._clock_sync
+        if sync is not None and sync.due():
+            with self._hooks.around_turn():
+                sync.sync_if_due()
 
     def _enforce_deadlines(self, now: datetime) -> None:
         """Fire the timeout of jobs past their deadline; abandon jobs that ignored

@@ -10,6 +10,7 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
+    claim,
     claim_one,
     enqueue,
     fail,
@@ -92,6 +93,25 @@ class StatisticsFacts(FactGroup):
         assert _non_zero(stats) == {"default": 2, "mail": 1}
         assert set(stats.instances_by_state) == set(InstanceState)
         assert dict(stats.instances_by_state) == _instances_by_state(running=1)
+
+    def test_statistics_give_the_creation_time_of_the_oldest_enqueued_job_per_queue(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Statistics give the creation time of the oldest enqueued job per queue (the
+        backlog's age; jobs running or finished do not count)."""
+        first = clock.now()
+        enqueue(store, clock)
+        clock.advance(timedelta(seconds=5))
+        enqueue(store, clock)
+        enqueue(store, clock, queue="mail")
+        assert store.jobs.try_cancel(enqueue(store, clock, queue="idle"))
+        stats = store.monitoring.get_statistics(TenantFilter.any())
+        assert dict(stats.oldest_enqueued_by_queue) == {"default": first, "mail": clock.now()}
+        claim_one(store, queues=["mail"])
+        claimed = claim(store, "w2", queues=["default"], max_count=1)
+        assert [job.created_at for job in claimed] == [first]
+        stats = store.monitoring.get_statistics(TenantFilter.any())
+        assert dict(stats.oldest_enqueued_by_queue) == {"default": clock.now()}
 
     def test_statistics_respect_the_tenant_filter(
         self, store: StoreUnderTest, clock: FakeClock

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from millrace_django import wiring
 from millrace_django.management.support import (
+    calibrated_clock,
     close_connections,
     command_logging,
     connection_hooks,
@@ -31,9 +32,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = load_settings()
-        scheduler = Scheduler(wiring.storage(), wiring.clock(), settings, hooks=connection_hooks())
         try:
             with command_logging(options["verbosity"]):
+                scheduler = Scheduler(
+                    wiring.storage(),
+                    wiring.clock(),
+                    settings,
+                    hooks=connection_hooks(),
+                    clock_sync=calibrated_clock(),
+                )
                 if options["once"]:
                     done = scheduler.run_once()
                     if options["verbosity"] >= 1:

@@ -13,6 +13,7 @@ from millrace_django import wiring
 from millrace_django.conf import MillraceSettings
 from millrace_django.management import supervisor
 from millrace_django.management.support import (
+    calibrated_clock,
     close_connections,
     command_logging,
     connection_hooks,
@@ -96,15 +97,24 @@ class Command(BaseCommand):
             )
         storage = wiring.storage()
         clock = wiring.clock()
+        clock_sync = calibrated_clock()
         hooks = connection_hooks()
         try:
             worker = Worker(
-                storage, clock, settings, queues=queues, concurrency=concurrency, hooks=hooks
+                storage,
+                clock,
+                settings,
+                queues=queues,
+                concurrency=concurrency,
+                hooks=hooks,
+                clock_sync=clock_sync,
             )
         except ValueError as error:
             raise CommandError(str(error)) from error
         scheduler = (
-            None if options["no_scheduler"] else Scheduler(storage, clock, settings, hooks=hooks)
+            None
+            if options["no_scheduler"]
+            else Scheduler(storage, clock, settings, hooks=hooks, clock_sync=clock_sync)
         )
 
         def request_stop() -> None:

@@ -113,10 +113,12 @@ class MemoryMonitoring:
             recurring = [r for r in tables.recurring.values() if tenant.matches(r.tenant_id)]
         by_state = dict.fromkeys(JobState, 0)
         by_queue: dict[str, int] = {}
+        oldest: dict[str, datetime] = {}
         for job in jobs:
             by_state[job.state] += 1
             if job.state is JobState.ENQUEUED:
                 by_queue[job.queue] = by_queue.get(job.queue, 0) + 1
+                oldest[job.queue] = min(oldest.get(job.queue, job.created_at), job.created_at)
         instances_by_state = dict.fromkeys(InstanceState, 0)
         for instance in instances:
             instances_by_state[instance.state] += 1
@@ -124,6 +126,7 @@ class MemoryMonitoring:
         return JobStatistics(
             jobs_by_state=by_state,
             enqueued_by_queue=by_queue,
+            oldest_enqueued_by_queue=oldest,
             instances_by_state=instances_by_state,
             recurring_definitions=len(recurring),
             overdue_recurring_definitions=sum(r.next_fire_time <= now for r in recurring),

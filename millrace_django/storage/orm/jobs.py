@@ -100,20 +100,20 @@ class OrmJobs:
         """Plain successes are acknowledged together by the hot path; every other
         transition (and any job named twice) follows, each in its own savepoint."""
         outcomes: list[bool | StorageError | None] = [None] * len(transitions)
-        named = Counter(t.job_id for t in transitions)
-        batched = {
-            t.job_id: position
+        named = Counter(t.job_id.int for t in transitions)  # an int hashes in C
+        batched = [
+            position
             for position, t in enumerate(transitions)
-            if is_plain_success(t) and named[t.job_id] == 1
-        }
+            if is_plain_success(t) and named[t.job_id.int] == 1
+        ]
         if batched:
-            plain = [transitions[p] for p in batched.values()]
+            plain = [transitions[p] for p in batched]
             hot_path = self._ctx.vendor.hot_path
             won = self._ctx.tx.write(
                 lambda: hot_path.complete(self._ctx, plain),
                 one_statement=hot_path.complete_is_one_statement(self._ctx, plain),
             )
-            for position, ok in zip(batched.values(), won, strict=True):
+            for position, ok in zip(batched, won, strict=True):
                 outcomes[position] = ok
         rest = [position for position, outcome in enumerate(outcomes) if outcome is None]
         if rest:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from django.db.models import Count, Model, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Min, Model, OuterRef, Q, QuerySet, Subquery
 
 from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
@@ -151,9 +151,12 @@ class OrmMonitoring:
         for code, n in per_state:
             instances_by_state[INSTANCE_STATES[code]] = n
         recurring = ctx.recurring().filter(scope)
+        per_queue = enqueued.annotate(n=Count("seq"), oldest=Min("created_at")).order_by()
+        by_queue = {queue: (n, oldest) for queue, n, oldest in per_queue}
         return JobStatistics(
             jobs_by_state=jobs_by_state,
-            enqueued_by_queue=dict(enqueued.annotate(n=Count("seq")).order_by()),
+            enqueued_by_queue={queue: n for queue, (n, _) in by_queue.items()},
+            oldest_enqueued_by_queue={queue: at for queue, (_, at) in by_queue.items()},
             instances_by_state=instances_by_state,
             recurring_definitions=recurring.count(),
             overdue_recurring_definitions=recurring.filter(

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
@@ -78,6 +79,7 @@ assert all(f.attname == f.column for f in _FIELDS), "a Job column was renamed"
 _NAMES = [f.attname for f in _FIELDS]
 _RETURNED = ", ".join(f"j.{_q(name)}" for name in _NAMES)
 _RETURNED_JSON = [(i, f.attname) for i, f in enumerate(_FIELDS) if isinstance(f, JSONField)]
+_RETRY_AT = _NAMES.index("retry")
 
 
 # -- prepared statements ---------------------------------------------------------------
@@ -201,8 +203,15 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     values = dict(zip(_NAMES, row, strict=True))
     for i, name in _RETURNED_JSON:
         if row[i] is not None:
-            values[name] = json.loads(row[i])
+            values[name] = _stored_retry(row[i]) if i == _RETRY_AT else json.loads(row[i])
     return job_record_of(values)
+
+
+@lru_cache(maxsize=64)
+def _stored_retry(text: str) -> Mapping[str, Any]:
+    """A stored retry policy, decoded once per distinct text (most jobs share a few
+    policies; the mapping is only read)."""
+    return MappingProxyType(json.loads(text))
 
 
 # -- acknowledgement -------------------------------------------------------------------
@@ -211,18 +220,19 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
 # (processing, worker, attempt). Each row is found through the uuid index, one probe per
 # transition ("state + 0" keeps the planner from reading every processing row through a
 # state index instead, which costs as many rows as are in flight, and which it prefers
-# whenever its statistics say that few are).
+# whenever its statistics say that few are). A row that moved answers its transition's
+# position in the batch (1-based), cheaper to read back than its uuid.
 _COMPLETE = f"""
 UPDATE {_JOBS} AS j
 SET state = {Code.SUCCEEDED}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
     failures = t.failures, finished_at = t.finished_at, result = t.result
 FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
             %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[],
-            %(wake)s::boolean[])
-     AS t (uuid, worker_id, attempt, failures, finished_at, result, wake)
+            %(wake)s::boolean[]) WITH ORDINALITY
+     AS t (uuid, worker_id, attempt, failures, finished_at, result, wake, n)
 WHERE j.uuid = t.uuid AND j.state + 0 = {Code.PROCESSING}
   AND j.worker_id = t.worker_id AND j.attempt = t.attempt
-RETURNING j.uuid, t.wake"""
+RETURNING t.n{{returning}}"""
 _COMPLETE_PARAMETERS = {
     "ids": "uuid[]",
     "workers": "text[]",
@@ -232,7 +242,7 @@ _COMPLETE_PARAMETERS = {
     "results": "jsonb[]",
     "wake": "boolean[]",
 }
-_COMPLETE_ONLY = _Statement("complete", _COMPLETE, _COMPLETE_PARAMETERS)
+_COMPLETE_ONLY = _Statement("complete", _COMPLETE.format(returning=""), _COMPLETE_PARAMETERS)
 
 # When successes wake their continuations: the awaiting children of the jobs that won
 # their fence become enqueued and their queues are announced, in the same statement. The
@@ -246,7 +256,7 @@ _LOCK_PARENTS = (
 _COMPLETE_AND_WAKE = _Statement(
     "complete_wake",
     f"""
-WITH done AS ({_COMPLETE}
+WITH done AS ({_COMPLETE.format(returning=", t.uuid, t.wake")}
 ), woken AS (
     UPDATE {_JOBS} AS c SET state = {Code.ENQUEUED}, due_at = NULL
     FROM done
@@ -255,8 +265,8 @@ WITH done AS ({_COMPLETE}
 ), notified AS (
     SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 )
-SELECT uuid, wake FROM done
-UNION ALL SELECT NULL, NULL FROM notified
+SELECT n FROM done
+UNION ALL SELECT NULL FROM notified
 """,
     {**_COMPLETE_PARAMETERS, "channel": "text"},
 )
@@ -370,6 +380,22 @@ _encode_json = json.JSONEncoder().encode  # as JSONField stores a value
 def _retry_text(retry: RetrySpec) -> str:
     """A retry policy as stored (most jobs share a few policies)."""
     return _encode_json(retry_json(retry))
+
+
+def _plain_array(values: Sequence[object]) -> str:
+    """A PostgreSQL array literal of values whose text needs no quoting (numbers,
+    UUIDs, ISO timestamps, booleans as ``t``/``f``)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _quoted_array(values: Sequence[str | None]) -> str:
+    """A PostgreSQL array literal of strings, each quoted (``None`` is NULL)."""
+    quoted = {
+        value: '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for value in set(values)
+        if value is not None
+    }
+    return "{" + ",".join("NULL" if value is None else quoted[value] for value in values) + "}"
 
 
 def _insert_error(error: IntegrityError, jobs: Sequence[JobRecord]) -> Exception:
@@ -487,14 +513,18 @@ class PostgresHotPath:
             return OrmHotPath().complete(ctx, transitions)
         now = ctx.clock.now()
         connection = connections[ctx.alias]
+        # Array literals built here: the driver's per-element list adaptation costs
+        # several times more, on the thread that acknowledges every job.
         params: dict[str, Any] = {
-            "ids": [t.job_id for t in transitions],
-            "workers": [t.expected_worker_id for t in transitions],
-            "attempts": [t.expected_attempt for t in transitions],
-            "failures": [t.failures for t in transitions],
-            "finished": [t.finished_at or now for t in transitions],
-            "results": [None if t.result is None else _encode_json(t.result) for t in transitions],
-            "wake": [t.activate_continuations for t in transitions],
+            "ids": _plain_array([t.job_id for t in transitions]),
+            "workers": _quoted_array([t.expected_worker_id for t in transitions]),
+            "attempts": _plain_array([t.expected_attempt for t in transitions]),
+            "failures": _plain_array([t.failures for t in transitions]),
+            "finished": _plain_array([(t.finished_at or now).isoformat() for t in transitions]),
+            "results": _quoted_array(
+                [None if t.result is None else _encode_json(t.result) for t in transitions]
+            ),
+            "wake": _plain_array(["t" if t.activate_continuations else "f" for t in transitions]),
         }
         with connection.cursor() as cursor:
             if parents:
@@ -502,8 +532,8 @@ class PostgresHotPath:
                 self._run(connection, cursor, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
             else:
                 self._run(connection, cursor, _COMPLETE_ONLY, params)
-            won = {uuid for uuid, _ in cursor.fetchall() if uuid is not None}
-        return [t.job_id in won for t in transitions]
+            won = {n for (n,) in cursor.fetchall() if n is not None}
+        return [n in won for n in range(1, len(transitions) + 1)]
 
     # -- enqueue ------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
@@ -69,6 +69,9 @@ class DjangoStorage:
     It is also a :class:`~millrace_django.contract.Notifier`: on PostgreSQL hints travel
     by ``NOTIFY`` on ``notify_channel`` (set it apart only when several Millrace schemas
     share one database) and reach every process; elsewhere they are in-process only.
+
+    And it is a :class:`~millrace_django.clock.DatabaseTime`: it reads the database
+    server's clock for nodes to calibrate theirs (never to compare with).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class DjangoStorage:
             announce=self._wakeups.announce,
         )
         channel = self._wakeups.channel if isinstance(self._wakeups, PostgresWakeups) else None
+        self._tx = tx
         ctx = OrmContext(alias, self.clock, self.vendor, tx, notify_channel=channel)
         self._jobs = OrmJobs(ctx)
         self._workflows = OrmWorkflows(ctx)
@@ -184,6 +188,16 @@ class DjangoStorage:
         jobs of one of them claimable (coalesced; may be spurious, may be lost)."""
         return self._wakeups.listen(queues)
 
+    # -- DatabaseTime ------------------------------------------------------------------
+
+    def database_time(self) -> datetime | None:
+        """The database server's clock now (one bounded round trip); ``None`` where the
+        database runs on this machine's clock (SQLite)."""
+        sql = self.vendor.current_time_sql
+        if sql is None:
+            return None
+        return self._tx.read(lambda: _read_time(self.alias, sql))
+
     # -- WorkflowStorage ---------------------------------------------------------------
 
     def create_instance(
@@ -240,3 +254,12 @@ class DjangoStorage:
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         return self._monitoring.get_throughput(since, until)
+
+
+def _read_time(alias: str, sql: str) -> datetime:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql)
+        (value,) = cursor.fetchone()
+    if not isinstance(value, datetime):
+        raise StorageError(f"{sql!r} returned {value!r}, not a timestamp")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 from millrace_django.contract import (
@@ -50,8 +51,16 @@ def arguments_json(invocation: Invocation) -> dict[str, Any]:
     return {"args": list(invocation.args), "kwargs": dict(invocation.kwargs)}
 
 
-def invocation_of(target: str, arguments: dict[str, Any]) -> Invocation:
-    return Invocation(target=target, args=arguments["args"], kwargs=arguments["kwargs"])
+def invocation_of(target: str, arguments: Any) -> Invocation:
+    """The invocation a row stores. Arguments of another shape (a hand-edited row) are
+    passed on as found, for the engine to refuse when the job is about to run (dead,
+    ``InvalidStoredArguments``): raising here would fail the whole claim after it
+    committed, every time, so the batch it leased would never run."""
+    if not isinstance(arguments, dict):
+        return Invocation(target=target, args=arguments, kwargs={})
+    args: Any = arguments.get("args")
+    kwargs: Any = arguments.get("kwargs")
+    return Invocation(target=target, args=args, kwargs=kwargs)
 
 
 def retry_json(retry: RetrySpec) -> dict[str, Any]:
@@ -64,13 +73,28 @@ def retry_json(retry: RetrySpec) -> dict[str, Any]:
     }
 
 
-def retry_of(stored: dict[str, Any]) -> RetrySpec:
+def retry_of(stored: Mapping[str, Any]) -> RetrySpec:
+    return _retry_spec(
+        stored["kind"],
+        stored["max_attempts"],
+        stored["base_delay_us"],
+        stored["max_delay_us"],
+        stored["jitter"],
+    )
+
+
+@lru_cache(maxsize=256, typed=True)
+def _retry_spec(
+    kind: str, max_attempts: int, base_delay_us: int, max_delay_us: int, jitter: bool
+) -> RetrySpec:
+    """One (immutable) policy per distinct stored value: every claimed job has one, and
+    most jobs share a few."""
     return RetrySpec(
-        kind=RetryKind(stored["kind"]),
-        max_attempts=stored["max_attempts"],
-        base_delay=stored["base_delay_us"] * _MICROSECOND,
-        max_delay=stored["max_delay_us"] * _MICROSECOND,
-        jitter=stored["jitter"],
+        kind=RetryKind(kind),
+        max_attempts=max_attempts,
+        base_delay=base_delay_us * _MICROSECOND,
+        max_delay=max_delay_us * _MICROSECOND,
+        jitter=jitter,
     )
 
 

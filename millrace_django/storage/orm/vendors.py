@@ -1,6 +1,6 @@
 """What differs between databases, and nothing else: settings the provider relies on,
 how a statement is bounded in time, which errors mean "replay", how wake-up hints
-travel, how uuid ties sort, and the hot path.
+travel, how uuid ties sort, how to read the server's clock, and the hot path.
 
 Everything not here is the shared ORM path.
 """
@@ -45,6 +45,11 @@ class Vendor:
 
     hot_path: HotPath = OrmHotPath()
     """The claim, acknowledgement and insert statements."""
+
+    current_time_sql: str | None = None
+    """A query of the server's clock now, as a UTC timestamp, for nodes to calibrate
+    their clocks to it; ``None`` where the database runs on this machine's clock (or
+    the vendor is unknown: nothing is calibrated)."""
 
     @classmethod
     def for_connection(cls, connection: BaseDatabaseWrapper) -> Vendor:
@@ -98,6 +103,8 @@ class PostgreSQL(Vendor):
     prefix. That needs Django's default client-side binding cursors; with
     ``OPTIONS["server_side_binding"]`` (which cannot send two statements at once) every
     call runs in a transaction that starts with ``set_config``, one round trip more."""
+
+    current_time_sql = "SELECT clock_timestamp()"  # not now(): the transaction's start
 
     _TRANSIENT_SQLSTATES = frozenset(
         {
@@ -210,6 +217,8 @@ class MariaDB(Vendor):
 
     _TRANSIENT_CODES = frozenset({1213, 1020})  # deadlock; record changed since last read
 
+    current_time_sql = "SELECT UTC_TIMESTAMP(6)"
+
     def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
         isolation = settings.get("OPTIONS", {}).get("isolation_level", "read committed")
         if str(isolation).lower() != "read committed":
@@ -253,6 +262,8 @@ class SQLServer(Vendor):
     tests unless ``MILLRACE_TEST_SQLSERVER_URL`` names a server."""
 
     _TRANSIENT_MARKERS = ("40001", "1205")  # deadlock victim (not 1222, a lock timeout)
+
+    current_time_sql = "SELECT SYSUTCDATETIME()"
 
     def __init__(self, *, uuid_column: str = "char(32)") -> None:
         self.uuid_column = uuid_column

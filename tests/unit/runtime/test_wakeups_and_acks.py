@@ -95,6 +95,7 @@ def test_finished_jobs_are_acknowledged_together_in_one_apply_many_call(clock: F
     acknowledged: list[tuple[JobState | None, Result]] = []
     acks = Acknowledger(
         storage,
+        clock,
         on_acknowledged=lambda batch: acknowledged.extend(
             (t.target if t else None, result) for _, t, result in batch
         ),
@@ -120,6 +121,7 @@ def test_a_transition_whose_fence_was_lost_is_reported_and_changes_nothing(
     results: list[Result] = []
     acks = Acknowledger(
         storage,
+        clock,
         on_acknowledged=lambda batch: results.extend(result for _, _, result in batch),
         around_turn=nullcontext,
         name="test-acks",
@@ -142,6 +144,7 @@ def test_an_attempt_finishing_after_the_acknowledger_stopped_is_still_written(
     results: list[Result] = []
     acks = Acknowledger(
         storage,
+        clock,
         on_acknowledged=lambda batch: results.extend(result for _, _, result in batch),
         around_turn=nullcontext,
         name="test-acks",

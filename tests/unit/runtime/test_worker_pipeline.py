@@ -346,9 +346,12 @@ def test_the_claim_window_is_free_threads_until_a_pace_is_known(
 # -- acknowledgements ----------------------------------------------------------------------
 
 
-def acknowledger(storage: MemoryStorage, batch: int, results: list[Result]) -> Acknowledger:
+def acknowledger(
+    storage: MemoryStorage, clock: FakeClock, batch: int, results: list[Result]
+) -> Acknowledger:
     acks_ = Acknowledger(
         storage,
+        clock,
         on_acknowledged=lambda done: results.extend(result for _, _, result in done),
         around_turn=nullcontext,
         name="test-acks",
@@ -368,7 +371,7 @@ def test_acknowledgements_linger_for_a_full_batch_while_more_jobs_are_queued(
     monkeypatch.setattr(acks, "LINGER", 60.0)
     storage = CountingStorage(clock)
     results: list[Result] = []
-    writer = acknowledger(storage, 3, results)
+    writer = acknowledger(storage, clock, 3, results)
     try:
         for execution in executions(storage, clock, 3):
             writer.submit(execution, succeeded(execution, clock), linger=True)
@@ -384,7 +387,7 @@ def test_an_acknowledgement_with_nothing_queued_behind_it_is_written_at_once(
     monkeypatch.setattr(acks, "LINGER", 60.0)
     storage = CountingStorage(clock)
     results: list[Result] = []
-    writer = acknowledger(storage, 64, results)
+    writer = acknowledger(storage, clock, 64, results)
     try:
         first, last = executions(storage, clock, 2)
         writer.submit(first, succeeded(first, clock), linger=True)

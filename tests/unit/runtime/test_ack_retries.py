@@ -1,0 +1,140 @@
+"""A completion that cannot be written is retried until its claim's lease ends, then
+given up; the heartbeat never keeps such a claim alive (Solid Queue #748), in fake time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+
+from millrace_django.clock import FakeClock
+from millrace_django.contract import JobState, JobTransition
+from millrace_django.engine import EngineSettings, JobClient, JobContext, outcomes
+from millrace_django.errors import StorageError
+from millrace_django.runtime import acks
+from millrace_django.runtime.acks import Acknowledger, Result
+from millrace_django.runtime.heartbeat import Heartbeat
+from millrace_django.runtime.inflight import Execution, InFlight
+from millrace_django.storage.memory import MemoryStorage
+from tests.unit.runtime import jobs
+from tests.unit.runtime.helpers import steal, stored, wait_until
+
+LEASE = timedelta(seconds=30)
+
+
+class FailingStorage(MemoryStorage):
+    """``apply_many`` raises while ``failing`` (the database is away); counts calls."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.failing = True
+        self.calls = 0
+
+    def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
+        self.calls += 1
+        if self.failing:
+            raise ConnectionError("the database is away")
+        return super().apply_many(transitions)
+
+
+@pytest.fixture
+def storage(clock: FakeClock) -> FailingStorage:
+    return FailingStorage(clock)
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(acks, "FIRST_RETRY", 0.001)
+    monkeypatch.setattr(acks, "LONGEST_RETRY", 0.004)
+
+
+def claimed(storage: FailingStorage, clock: FakeClock, count: int = 1) -> list[Execution]:
+    client = JobClient(storage, clock, EngineSettings())
+    for n in range(count):
+        client.enqueue(jobs.record, str(n))
+    return [Execution(job, JobContext.for_job(job, clock)) for job in steal(storage, clock, LEASE)]
+
+
+def writer(
+    storage: FailingStorage, clock: FakeClock, results: list[Result], turns: list[int]
+) -> Acknowledger:
+    """A started acknowledger appending to ``turns`` as each of its turns begins (where
+    the host checks its connections)."""
+
+    @contextmanager
+    def turn() -> Iterator[None]:
+        turns.append(storage.calls)
+        yield
+
+    started = Acknowledger(
+        storage,
+        clock,
+        on_acknowledged=lambda done: results.extend(result for _, _, result in done),
+        around_turn=turn,
+        name="test-acks",
+    )
+    started.start()
+    return started
+
+
+def succeeded(execution: Execution, clock: FakeClock) -> JobTransition:
+    return outcomes.succeeded(execution.job, None, clock=clock, config=EngineSettings())
+
+
+def test_a_completion_the_storage_cannot_take_is_retried_until_the_lease_ends_then_given_up(
+    storage: FailingStorage, clock: FakeClock
+) -> None:
+    (execution,) = claimed(storage, clock)
+    results: list[Result] = []
+    turns: list[int] = []
+    acknowledger = writer(storage, clock, results, turns)
+    try:
+        acknowledger.submit(execution, succeeded(execution, clock))
+        wait_until(lambda: storage.calls >= 3, "three tries")
+        assert results == []  # still pending: its lease has not ended
+        assert turns[:3] == [0, 1, 2]  # each try in a turn of its own
+        clock.advance(LEASE)
+        wait_until(lambda: results, "the transition to be given up")
+    finally:
+        acknowledger.close()
+    (result,) = results
+    assert isinstance(result, StorageError) and "end of its lease" in str(result)
+    job = stored(storage, execution.job.id)
+    assert (job.state, job.worker_id) == (JobState.PROCESSING, "thief")  # runs again later
+
+
+def test_a_completion_retried_after_the_storage_came_back_is_written_once(
+    storage: FailingStorage, clock: FakeClock
+) -> None:
+    (execution,) = claimed(storage, clock)
+    results: list[Result] = []
+    acknowledger = writer(storage, clock, results, [])
+    try:
+        acknowledger.submit(execution, succeeded(execution, clock))
+        wait_until(lambda: storage.calls >= 2, "two tries")
+        storage.failing = False
+        wait_until(lambda: results, "the transition to be written")
+    finally:
+        acknowledger.close()
+    assert results == [True]
+    assert stored(storage, execution.job.id).state is JobState.SUCCEEDED
+
+
+def test_the_heartbeat_renews_running_jobs_only_not_finished_ones_awaiting_their_write(
+    storage: FailingStorage, clock: FakeClock
+) -> None:
+    running, finished = claimed(storage, clock, 2)
+    in_flight = InFlight()
+    in_flight.add_all([running, finished])
+    assert finished.settle()  # its handler returned; its transition is not written yet
+    lease_ends = stored(storage, finished.job.id).lease_until
+    clock.advance(timedelta(seconds=10))
+
+    Heartbeat(storage, clock, in_flight, worker_id="thief", lease=LEASE).beat()
+
+    assert stored(storage, running.job.id).lease_until == clock.now() + LEASE
+    assert running.lease_until == clock.now() + LEASE
+    assert stored(storage, finished.job.id).lease_until == lease_ends
+    assert finished.lease_until == lease_ends
