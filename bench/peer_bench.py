@@ -90,12 +90,12 @@ FULL = Sizes(
     batch=1_000,
     drain_noop=10_000,
     drain_sleep=1_000,
-    drain_cap=10.0,
+    drain_cap=8.0,
     pickups=100,
-    pickup_cap=10.0,
-    enqueue_cap=10.0,
+    pickup_cap=8.0,
+    enqueue_cap=8.0,
     repeats=3,
-    recurring_seconds=200.0,
+    recurring_seconds=190.0,
 )
 QUICK = Sizes(
     single=300,

@@ -20,10 +20,14 @@ from django.db import close_old_connections, connections
 
 from millrace_django import wiring
 from millrace_django.conf import InvalidSettings, MillraceSettings, get_settings
+from millrace_django.observability import JobLogFilter
 from millrace_django.runtime import ClockSync, Hooks, handle_stop_signals
 
 LOGGER_NAME = "millrace_django"
 _LOG_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"
+_JOB_LOG_FORMAT = (
+    "%(asctime)s %(levelname)s [%(process)d job %(millrace_job_id)s] %(name)s: %(message)s"
+)
 _VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.INFO, 3: logging.DEBUG}
 
 
@@ -149,13 +153,15 @@ def calibrated_clock() -> ClockSync | None:
 @contextmanager
 def command_logging(verbosity: int) -> Iterator[None]:
     """Show the runtime's log on stderr (INFO; DEBUG at ``-v 3``; warnings only at
-    ``-v 0``) unless the project's ``LOGGING`` already routes it somewhere."""
+    ``-v 0``), lines about a job naming it, unless the project's ``LOGGING`` already
+    routes it somewhere."""
     logger = logging.getLogger(LOGGER_NAME)
     if logger.hasHandlers():
         yield
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    handler.addFilter(JobLogFilter())
+    handler.setFormatter(_ConsoleFormatter())
     previous_level = logger.level
     logger.addHandler(handler)
     logger.setLevel(_VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
@@ -164,6 +170,20 @@ def command_logging(verbosity: int) -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous_level)
+
+
+class _ConsoleFormatter(logging.Formatter):
+    """The console format, naming the job a line is about (the runtime's own lines, and
+    whatever is logged while a job runs), so one ``grep`` finds a job's story."""
+
+    def __init__(self) -> None:
+        super().__init__(_LOG_FORMAT)
+        self._about_a_job = logging.Formatter(_JOB_LOG_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, "millrace_job_id", None) is not None:
+            return self._about_a_job.format(record)
+        return super().format(record)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ whatever propagator the process has configured globally.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import Token
@@ -52,6 +53,9 @@ def _configured_meter_provider(provider: MeterProvider) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Instruments:
+    """What an attempt records into, created once per meter provider (the depth gauge
+    is not here: the provider calls it back)."""
+
     completed: Counter
     failed: Counter
     duration: Histogram
@@ -64,7 +68,9 @@ class Glue:
 
     Asking the API for the global providers costs microseconds while none is set (it
     reads the environment each time), so the answer is kept for :data:`RECHECK`
-    seconds: a provider configured after start-up is picked up within that delay.
+    seconds: a provider configured after start-up is picked up within that delay. The
+    refresh is locked, so pool threads racing at start-up create the instruments (and
+    register the depth callback) once.
     """
 
     def __init__(self, depths: DepthReader) -> None:
@@ -75,20 +81,25 @@ class Glue:
         self._instruments: tuple[MeterProvider, Instruments] | None = None
         self._current: tuple[Tracer | None, Instruments | None] = (None, None)
         self._checked_at = -math.inf
+        self._lock = threading.Lock()
 
     def use(
         self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None
     ) -> None:
-        self._tracer_provider = tracer_provider
-        self._meter_provider = meter_provider
-        self._checked_at = -math.inf
+        """Use these providers (``None``: the global one) from the next call on."""
+        with self._lock:
+            self._tracer_provider = tracer_provider
+            self._meter_provider = meter_provider
+            self._checked_at = -math.inf
 
     def current(self, *, fresh: bool = False) -> tuple[Tracer | None, Instruments | None]:
         """The tracer and instruments to use now (``None`` for what is off)."""
-        now = time.monotonic()
-        if fresh or now - self._checked_at >= RECHECK:
-            self._current = (self._resolve_tracer(), self._resolve_instruments())
-            self._checked_at = now
+        if fresh or time.monotonic() - self._checked_at >= RECHECK:
+            with self._lock:
+                now = time.monotonic()
+                if fresh or now - self._checked_at >= RECHECK:
+                    self._current = (self._resolve_tracer(), self._resolve_instruments())
+                    self._checked_at = now
         return self._current
 
     def _resolve_tracer(self) -> Tracer | None:
@@ -165,17 +176,14 @@ class Glue:
         with tracer.start_as_current_span(
             name, kind=SpanKind.PRODUCER, attributes=attributes
         ) as span:
-            carrier: dict[str, str] = {}
-            _W3C.inject(carrier)
-            parent = carrier.get("traceparent")
-            stamped = [
-                record if record.trace_parent else replace(record, trace_parent=parent)
-                for record in records
-            ]
-            ids = storage.enqueue(stamped)
+            ids = storage.enqueue(carrying(records, traceparent(span)))
             if single:
                 span.set_attribute("messaging.message.id", str(ids[0]))
             return ids
+
+    def carry(self, records: Sequence[JobRecord]) -> Sequence[JobRecord]:
+        """``records`` continuing the current span's trace (none current: unchanged)."""
+        return carrying(records, traceparent(trace.get_current_span()))
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -218,6 +226,25 @@ class Glue:
         return Execution(span, token, instruments, attributes)
 
 
+def traceparent(span: Span) -> str | None:
+    """The W3C ``traceparent`` naming ``span`` as the parent (``None``: an invalid span,
+    as when nothing is being traced)."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
+
+
+def carrying(records: Sequence[JobRecord], parent: str | None) -> Sequence[JobRecord]:
+    """``records``, those without a trace context given ``parent``; the same sequence
+    when there is nothing to give."""
+    if parent is None or all(record.trace_parent for record in records):
+        return records
+    return [
+        record if record.trace_parent else replace(record, trace_parent=parent)
+        for record in records
+    ]
+
+
 class Execution:
     """One attempt being observed: its span (if tracing) and the metrics to record."""
 
@@ -235,6 +262,14 @@ class Execution:
         self._instruments = instruments
         self._attributes = attributes
         self._started = time.perf_counter()
+
+    def carry(self, transition: JobTransition) -> JobTransition:
+        """``transition`` whose new jobs continue this attempt's trace, as children of
+        its span (jobs that already carry a trace context keep theirs)."""
+        if self._span is None:
+            return transition
+        enqueue = carrying(transition.enqueue, traceparent(self._span))
+        return transition if enqueue is transition.enqueue else replace(transition, enqueue=enqueue)
 
     def end(self, transition: JobTransition | None, error: BaseException | None) -> None:
         """Close the span with the outcome and record the duration and counters."""

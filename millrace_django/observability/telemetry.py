@@ -4,7 +4,10 @@
   ``traceparent`` each job carries to its worker.
 - :class:`Observed` wraps one attempt: the job is the current job for logging (always)
   and, with tracing or metrics on, gets a CONSUMER span parented to its enqueue span,
-  a duration, an outcome counter and (first attempts) its queue latency.
+  a duration, an outcome counter and (first attempts) its queue latency. The jobs its
+  transition creates carry that span's context (:meth:`Observed.carry`).
+- :func:`carry_trace` gives jobs stored without :func:`publish` the current span's
+  context.
 - :func:`watch_queue_depth` lets a worker's storage feed the ``millrace.queue.depth``
   gauge (read at most every :data:`DEPTH_INTERVAL` seconds).
 
@@ -65,6 +68,16 @@ def publish(storage: JobStorage, records: Sequence[JobRecord]) -> list[UUID]:
     return glue.publish(tracer, storage, records)
 
 
+def carry_trace(records: Sequence[JobRecord]) -> Sequence[JobRecord]:
+    """``records`` continuing the current span's trace, for jobs stored by other calls
+    than :func:`publish` (a workflow's start, a signal's resume job); unchanged while
+    tracing is off or no span is current."""
+    glue = _glue()
+    if glue is None or not records or glue.current()[0] is None:
+        return records
+    return glue.carry(records)
+
+
 class Observed:
     """Around one attempt of a claimed job (``with Observed(job, clock) as seen: ...;
     seen.end(transition, error)``)."""
@@ -85,6 +98,18 @@ class Observed:
             except Exception:  # telemetry never stops a job
                 logger.exception("cannot start the telemetry of job %s", self._job.id)
         return self
+
+    def carry(self, transition: JobTransition | None) -> JobTransition | None:
+        """``transition`` whose new jobs (workflow steps, a batch's callback, failure
+        handlers) continue this attempt's trace; the same object while tracing is off."""
+        execution = self._execution
+        if execution is None or transition is None or not transition.enqueue:
+            return transition
+        try:
+            return execution.carry(transition)
+        except Exception:
+            logger.exception("cannot carry the trace of job %s to its new jobs", self._job.id)
+            return transition
 
     def end(self, transition: JobTransition | None, error: BaseException | None) -> None:
         """Record how the attempt ended (call once, inside the block)."""

@@ -63,10 +63,14 @@ def run_claimed(
     to stop may have stopped half-way. ``KeyboardInterrupt`` propagates; every other
     exception, ``SystemExit`` included, is the job's failure. Meanwhile ``job`` is the
     current job of its log records, and its attempt is traced and measured when
-    OpenTelemetry is on (:mod:`millrace_django.observability`).
+    OpenTelemetry is on (:mod:`millrace_django.observability`); the jobs its transition
+    creates then continue its trace.
     """
     with Observed(job, clock) as observed:
         outcome = _run(job, context, clock=clock, config=config, loop=loop)
+        transition = observed.carry(outcome.transition)
+        if transition is not outcome.transition:
+            outcome = Outcome(transition, outcome.error)
         observed.end(outcome.transition, outcome.error)
         return outcome
 

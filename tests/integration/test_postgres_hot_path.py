@@ -13,6 +13,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from uuid import uuid4
@@ -199,6 +200,33 @@ def test_acknowledgements_waking_continuations_race_awaiting_inserts_safely(
                 job = storage.get_job(child.id)
                 assert job is not None and job.state is JobState.ENQUEUED, job
         assert len(claim(store, "w2", queues=[queue], max_count=100)) == 12
+
+
+def test_a_batch_acknowledgement_keeps_odd_worker_ids_and_results_exactly(
+    store: DjangoStoreUnderTest, storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """The acknowledgement sends its arrays as literals it builds itself: quotes,
+    backslashes, separators, braces and the word NULL survive, and each answer lands at
+    its transition's position (a lost fence in the middle included)."""
+    workers = ['w "1"', "w\\2", "w,3 {x}", "NULL", "wé 5", "w6"]
+    results = ['say "hi"', "back\\slash", {"k": ['"', "\\", ",{}"]}, None, "NULL", 0]
+    claimed = [claim_new(store, clock, "odd", worker=worker) for worker in workers]
+    transitions = [
+        succeed(job, clock, result=result) for job, result in zip(claimed, results, strict=True)
+    ]
+    stale = claimed[2]
+    transitions[2] = replace(transitions[2], expected_worker_id=stale.worker_id + "-not")
+
+    answers = storage.apply_many(transitions)
+
+    assert answers == [True, True, False, True, True, True]
+    for job, result, answer in zip(claimed, results, answers, strict=True):
+        stored = storage.get_job(job.id)
+        assert stored is not None
+        if answer:
+            assert (stored.state, stored.result) == (JobState.SUCCEEDED, result), stored
+        else:
+            assert (stored.state, stored.worker_id) == (JobState.PROCESSING, job.worker_id)
 
 
 def test_a_statement_in_autocommit_is_bounded_and_leaves_no_setting_behind() -> None:

@@ -96,6 +96,8 @@ def test_the_figures_come_from_the_read_model_in_the_text_format() -> None:
     assert client.cancel(client.enqueue(jobs.chatty, "c"))
     client.upsert_recurring("every-minute", jobs.chatty, cron="* * * * *", args=["r"])
     next_fire = storage.get_recurring("every-minute").next_fire_time  # type: ignore[union-attr]
+    storage.pause_queue("emails")
+    storage.pause_queue("retired")  # paused once, no longer configured
     storage.record_worker_heartbeat(heartbeat("alive", seen=now, in_flight=3))
     storage.record_worker_heartbeat(heartbeat("gone", seen=now - timedelta(hours=1), in_flight=9))
 
@@ -130,7 +132,12 @@ def test_the_figures_come_from_the_read_model_in_the_text_format() -> None:
     }
     assert metrics["millrace_workers_in_flight_jobs"].samples == {(): 3}
     assert metrics["millrace_workers_concurrency"].samples == {(): 4}
-    assert metrics["millrace_queue_paused"].samples[(("queue", "emails"),)] == 0
+    assert metrics["millrace_queue_paused"].samples == {
+        (("queue", "default"),): 0,
+        (("queue", "emails"),): 1,
+        (("queue", "reports"),): 0,
+        (("queue", "retired"),): 1,
+    }
 
 
 @pytest.mark.django_db

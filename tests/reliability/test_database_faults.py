@@ -163,10 +163,11 @@ def rig(database: PgCluster, tmp_path: Path) -> Iterator[Rig]:
 # -- helpers -----------------------------------------------------------------------------
 
 
-def start_workers(rig: Rig, count: int, *args: str) -> list[ManagePy]:
+def start_workers(rig: Rig, count: int) -> list[ManagePy]:
+    """``count`` supervised workers (slots ``worker-1``...), once each is claiming."""
     names = [f"worker-{n}" for n in range(1, count + 1)]
     for name in names:
-        rig.supervisor.worker(name, "--concurrency=4", *args)
+        rig.supervisor.worker(name, "--concurrency=4")
     return [rig.supervisor.wait_started(name) for name in names]
 
 

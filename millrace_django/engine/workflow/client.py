@@ -7,7 +7,7 @@ a cancel is :meth:`~millrace_django.contract.WorkflowStorage.cancel_instance`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast, overload
@@ -52,6 +52,7 @@ from millrace_django.engine.workflow.plan import (
 from millrace_django.engine.workflow.spec import Recovery, Step, WaitForSignal
 from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
 from millrace_django.ids import new_id
+from millrace_django.observability.telemetry import carry_trace, publish
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +166,9 @@ class WorkflowClient:
         )
         plan = Plan(definition, instance, document, self.clock)
         plan.start()
-        self.storage.create_instance(plan.finish(), enqueue=plan.jobs, bookmarks=plan.bookmarks)
+        self.storage.create_instance(
+            plan.finish(), enqueue=carry_trace(plan.jobs), bookmarks=plan.bookmarks
+        )
         return instance.id
 
     # -- signals ----------------------------------------------------------------------
@@ -197,7 +200,7 @@ class WorkflowClient:
     ) -> tuple[BookmarkRecord | None, bool]:
         delivered: list[bool] = []
 
-        def build(bookmark: BookmarkRecord) -> list[JobRecord]:
+        def build(bookmark: BookmarkRecord) -> Sequence[JobRecord]:
             checked: list[JSON] = []
 
             def check(instance: WorkflowInstanceRecord, wait: dict[str, Any]) -> None:
@@ -212,7 +215,7 @@ class WorkflowClient:
             delivered.append(True)
             args = list(jobs[0].invocation.args)
             args[2] = checked[0]
-            return [_with_args(jobs[0], tuple(args))]
+            return carry_trace([_with_args(jobs[0], tuple(args))])
 
         consumed = self.storage.consume_bookmark(name, correlation_id, build)
         return consumed, bool(delivered)
@@ -264,7 +267,7 @@ class WorkflowClient:
             node=stuck[0].node,
             now=self.clock.now(),
         )
-        self.storage.enqueue([job])
+        publish(self.storage, [job])
         return True
 
     # -- reading ----------------------------------------------------------------------

@@ -41,6 +41,7 @@ from millrace_django.engine.workflow.merge import merge
 from millrace_django.engine.workflow.plan import COMPENSATE, STEP, TIMEOUT, Plan, instance_job
 from millrace_django.engine.workflow.spec import ForEach, Recovery, Step
 from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
+from millrace_django.observability.telemetry import carry_trace
 
 type Operation = Callable[[Plan], bool]
 
@@ -212,9 +213,11 @@ def _fail_undefined(context: JobContext, instance: WorkflowInstanceRecord, error
 
 
 def _fire_timeout(storage: WorkflowStore, clock: Clock, bookmark_id: UUID) -> None:
-    """Consume the wait's bookmark unless its signal did first; the winner resumes."""
+    """Consume the wait's bookmark unless its signal did first; the winner resumes (in
+    this timeout job's trace)."""
     storage.consume_bookmark_by_id(
-        bookmark_id, lambda bookmark: resume_jobs(storage, clock, bookmark, None, timed_out=True)
+        bookmark_id,
+        lambda bookmark: carry_trace(resume_jobs(storage, clock, bookmark, None, timed_out=True)),
     )
 
 

@@ -12,7 +12,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -90,6 +90,7 @@ class Command(BaseCommand):
             raise CommandError("--timeout must be positive")
         checks: list[Check] = []
         failure = _within(options["timeout"], lambda: _run_checks(settings, options, checks))
+        checks = list(checks)  # a check still running past the deadline adds no more
         healthy = failure is None
         if options["json"]:
             report = {"healthy": healthy, "reason": failure, "checks": [asdict(c) for c in checks]}
@@ -154,7 +155,10 @@ def _run_checks(settings: MillraceSettings, options: dict[str, Any], checks: lis
         heartbeat = settings.heartbeat * GONE_AFTER_HEARTBEATS
         if options["max_heartbeat_age"] is not None:
             heartbeat = timedelta(seconds=options["max_heartbeat_age"])
-        beat = _latest_heartbeat(storage, options["worker"])
+        list_workers = getattr(storage, "list_workers", None)
+        if list_workers is None:
+            failed("worker", "the storage keeps no worker registry; --worker cannot be checked")
+        beat = _latest_heartbeat(list_workers(), options["worker"])
         who = "this host" if options["worker"] == THIS_HOST else f"worker {options['worker']}"
         if beat is None:
             failed("worker", f"no registered worker for {who}")
@@ -165,7 +169,13 @@ def _run_checks(settings: MillraceSettings, options: dict[str, Any], checks: lis
 
     if options["max_queue_latency"] is not None:
         limit = timedelta(seconds=options["max_queue_latency"])
-        oldest = _oldest_enqueued(storage)
+        statistics = getattr(storage, "get_statistics", None)
+        if statistics is None:
+            failed(
+                "queue_latency",
+                "the storage has no monitoring read model; --max-queue-latency needs one",
+            )
+        oldest = _oldest(statistics(TenantFilter.any()).oldest_enqueued_by_queue)
         if oldest is not None and now - oldest[1] > limit:
             failed(
                 "queue_latency",
@@ -201,25 +211,20 @@ def _unapplied_migrations(alias: str) -> list[str]:
     return [f"{migration.app_label}.{migration.name}" for migration, backwards in plan]
 
 
-def _latest_heartbeat(storage: object, worker: str) -> WorkerHeartbeat | None:
-    list_workers = getattr(storage, "list_workers", None)
-    if list_workers is None:
-        raise Unhealthy("the storage keeps no worker registry; --worker cannot be checked")
+def _latest_heartbeat(beats: Iterable[WorkerHeartbeat], worker: str) -> WorkerHeartbeat | None:
+    """The newest of ``worker``'s heartbeats (:data:`THIS_HOST`: of this host's)."""
     host = socket.gethostname()
-    beats: list[WorkerHeartbeat] = [
+    mine = [
         beat
-        for beat in list_workers()
+        for beat in beats
         if (beat.hostname == host if worker == THIS_HOST else beat.worker_id == worker)
     ]
-    return max(beats, key=lambda beat: beat.seen_at, default=None)
+    return max(mine, key=lambda beat: beat.seen_at, default=None)
 
 
-def _oldest_enqueued(storage: object) -> tuple[str, datetime] | None:
-    statistics = getattr(storage, "get_statistics", None)
-    if statistics is None:
-        raise Unhealthy("the storage has no monitoring read model; --max-queue-latency needs one")
-    oldest = statistics(TenantFilter.any()).oldest_enqueued_by_queue
-    return min(oldest.items(), key=lambda item: item[1], default=None)
+def _oldest(created: Mapping[str, datetime]) -> tuple[str, datetime] | None:
+    """The queue whose oldest enqueued job is the oldest, and that job's creation."""
+    return min(created.items(), key=lambda item: item[1], default=None)
 
 
 def _first_line(error: BaseException) -> str:

@@ -40,3 +40,8 @@ def doomed() -> None:
 def note_span() -> None:
     context = trace.get_current_span().get_span_context()
     seen_spans.append((context.trace_id, context.span_id))
+
+
+@job(retry=Retry.none(), failure_observers=[chatty])
+def doomed_and_observed() -> None:
+    raise ValueError("never works, and says so")

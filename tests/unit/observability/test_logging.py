@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from millrace_django.clock import FakeClock
 from millrace_django.contract import JobState
-from millrace_django.engine import JobClient
-from millrace_django.observability import FIELDS, JobLogFilter
+from millrace_django.engine import EngineSettings, JobClient
+from millrace_django.management.support import command_logging
+from millrace_django.observability import FIELDS, JobLogFilter, job_fields
+from millrace_django.observability.telemetry import Observed
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.observability import jobs
 from tests.unit.runtime.conftest import StartWorker
@@ -114,3 +118,30 @@ def test_the_filter_leaves_records_outside_a_job_alone_and_never_drops_one() -> 
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "outside", None, None)
     assert JobLogFilter().filter(record) is True
     assert not any(hasattr(record, field) for field in FIELDS)
+
+
+def test_the_worker_commands_console_names_the_job_of_every_line_about_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``millrace_worker``'s own console (set up when nothing else handles the
+    runtime's records) prefixes a line with its job id: the runtime's lines, and any
+    ``millrace_django`` line logged while a job runs."""
+    monkeypatch.setattr(logging.root, "handlers", [])  # no LOGGING: the command's own console
+    job = JobClient(MemoryStorage(FakeClock()), FakeClock(), EngineSettings()).build(
+        jobs.chatty, ("x",), {}, state=JobState.PROCESSING, key=None
+    )
+    engine = logging.getLogger("millrace_django.engine.example")
+    with command_logging(verbosity=1):
+        logging.getLogger("millrace_django.runtime.worker").info(
+            "about job %s", job.id, extra=job_fields(job)
+        )
+        with Observed(job, FakeClock()):
+            engine.warning("while it runs")
+        engine.warning("after it ran")
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("] ", 1)[0].split(" [", 1)[1] for line in lines] == [
+        f"{os.getpid()} job {job.id}",
+        f"{os.getpid()} job {job.id}",
+        f"{os.getpid()}",
+    ]
+    assert lines[1].endswith("millrace_django.engine.example: while it runs")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import nullcontext
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, NumberDataPoint
@@ -14,13 +17,15 @@ from opentelemetry.trace import SpanKind, StatusCode
 from millrace_django import observability
 from millrace_django.clock import FakeClock
 from millrace_django.contract import JobState
-from millrace_django.engine import JobClient
+from millrace_django.engine import EngineSettings, JobClient, Retry
 from millrace_django.observability.telemetry import watch_queue_depth
 from millrace_django.storage.memory import MemoryStorage
+from millrace_django.testing import JobRunner
 from tests.unit.observability import jobs
 from tests.unit.observability.conftest import Telemetry
 from tests.unit.runtime.conftest import StartWorker
 from tests.unit.runtime.helpers import stored, wait_for_state, wait_until
+from tests.unit.workflow import flows
 
 
 def spans(telemetry: Telemetry, kind: SpanKind) -> list[ReadableSpan]:
@@ -186,3 +191,96 @@ def test_without_a_configured_provider_jobs_carry_no_trace_context(
     observability.use()  # the global providers, which nothing configured in this process
     job_id = jobs.chatty.enqueue("untraced")
     assert stored(storage, job_id).trace_parent is None
+
+
+def test_the_jobs_a_running_job_creates_continue_its_trace(telemetry: Telemetry) -> None:
+    """A workflow started in a request is one trace: each step's job is created by the
+    previous step's transition, as a child of that step's execution span."""
+    runner = JobRunner(config=EngineSettings(default_retry=Retry.none()))
+    tracer = telemetry.tracer_provider.get_tracer("a web request")
+    with tracer.start_as_current_span("POST /orders") as request:
+        runner.workflows.start(flows.LINEAR, {})
+    runner.run_until_idle()
+
+    steps = spans(telemetry, SpanKind.CONSUMER)
+    assert len(steps) == 3
+    assert {span.context.trace_id for span in steps} == {request.get_span_context().trace_id}
+    parents = [span.parent.span_id if span.parent else None for span in steps]
+    expected = [request.get_span_context().span_id] + [span.context.span_id for span in steps]
+    assert parents == expected[:3]
+
+
+def test_a_workflow_wait_that_times_out_stays_in_the_trace(telemetry: Telemetry) -> None:
+    """The timer is created by a step's transition, and the resume job by the timer."""
+    runner = JobRunner(config=EngineSettings(default_retry=Retry.none()))
+    tracer = telemetry.tracer_provider.get_tracer("a web request")
+    with tracer.start_as_current_span("POST /orders") as request:
+        runner.workflows.start(flows.WAIT_WITH_TIMEOUT, {"key": "k"})
+    runner.run_until_idle()
+    runner.advance(timedelta(minutes=30))
+    runner.run_until_idle()
+
+    executions = spans(telemetry, SpanKind.CONSUMER)
+    assert len(executions) == 5  # first, the timer, the resume, expire, second
+    assert {span.context.trace_id for span in executions} == {request.get_span_context().trace_id}
+
+
+def test_a_signal_resumes_a_workflow_in_the_trace_of_whoever_sent_it(
+    telemetry: Telemetry,
+) -> None:
+    runner = JobRunner(config=EngineSettings(default_retry=Retry.none()))
+    tracer = telemetry.tracer_provider.get_tracer("a web request")
+    runner.workflows.start(flows.WAIT_FIRST, {"order_id": "o-1"})
+    with tracer.start_as_current_span("POST /approvals") as request:
+        assert runner.workflows.signal("approval", "o-1", {"approved": True, "by": "ann"})
+    runner.run_until_idle()
+
+    resume, ship = spans(telemetry, SpanKind.CONSUMER)
+    assert resume.parent is not None
+    assert resume.parent.span_id == request.get_span_context().span_id
+    assert ship.parent is not None and ship.parent.span_id == resume.context.span_id
+
+
+def test_a_dead_jobs_failure_observer_continues_its_trace(telemetry: Telemetry) -> None:
+    runner = JobRunner(config=EngineSettings(default_retry=Retry.none()))
+    with runner.installed():
+        jobs.doomed_and_observed.enqueue()
+    runner.run_until_idle(throw_on_failure=False)
+
+    dead, observer = spans(telemetry, SpanKind.CONSUMER)
+    assert observer.name == f"process {jobs.chatty.target}"
+    assert observer.parent is not None and observer.parent.span_id == dead.context.span_id
+
+
+WITHOUT_OPENTELEMETRY = """
+import sys
+sys.modules["opentelemetry"] = None  # every import of it fails, as when it is not installed
+from millrace_django import observability
+from millrace_django.contract import JobState
+from millrace_django.testing import JobRunner
+from tests.unit.runtime import jobs
+runner = JobRunner()
+with runner.installed():
+    jobs.record.enqueue("x")
+runner.run_until_idle()
+assert [job.state for job in runner.jobs()] == [JobState.SUCCEEDED]
+try:
+    observability.use()
+except RuntimeError as error:
+    print(error)
+"""
+
+
+def test_without_opentelemetry_installed_jobs_run_and_use_says_what_is_missing() -> None:
+    """``opentelemetry-api`` is an optional extra: nothing may need it."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OPENTELEMETRY],
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "opentelemetry-api is not installed (pip install millrace-django[otel])"
+    )
