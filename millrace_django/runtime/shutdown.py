@@ -1,18 +1,22 @@
 """Stopping on request: counted requests, and the signals that make them.
 
 The first request is graceful (stop claiming, let in-flight jobs finish, then cancel
-and release the rest); the second is urgent (release at once). Signal handlers only
-count a request and return: the stopping itself happens on the runtime's own threads.
+and release the rest); the second is urgent (release at once). Signal handlers take no
+lock: Python runs them on the main thread between two bytecodes, possibly while that
+thread holds the very lock a stop request needs, so a handler only posts the signal to
+a queue that is safe to put into from a handler, and a thread of its own asks to stop.
 """
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 from collections.abc import Callable, Iterable
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELAY_JOIN_SECONDS = 5.0
 
 
 class StopRequests:
@@ -49,16 +53,23 @@ def handle_stop_signals(
     """Call ``request_stop`` on each of ``signals`` (SIGTERM and SIGINT by default), so
     a second signal escalates. Returns a function that restores the previous handlers.
     Must be called from the main thread (Python delivers signals there)."""
-    previous = {}
+    received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        request_stop()
+        received.put_nowait(signum)  # reentrant: safe whatever the main thread holds
 
-    for number in signals:
-        previous[number] = signal.signal(number, handler)
+    def relay() -> None:
+        while received.get() is not None:
+            request_stop()
+
+    relaying = threading.Thread(target=relay, name="millrace-stop-signals", daemon=True)
+    relaying.start()
+    previous = {number: signal.signal(number, handler) for number in signals}
 
     def restore() -> None:
         for number, old in previous.items():
             signal.signal(number, old)
+        received.put_nowait(None)
+        relaying.join(RELAY_JOIN_SECONDS)
 
     return restore

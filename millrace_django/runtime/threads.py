@@ -164,6 +164,12 @@ class JobPool:
         with self._lock:
             self._room.notify_all()
 
+    def stop_starting(self) -> None:
+        """Start nothing more: a graceful stop lets running jobs finish, never a job
+        claimed or queued after the stop was asked for."""
+        with self._lock:
+            self._holding = True
+
     def hold(self) -> list[Execution]:
         """Start nothing more; return the executions still queued (never started)."""
         with self._lock:

@@ -190,6 +190,7 @@ class Worker:
             self.worker_id,
             "graceful" if count == 1 else "immediate",
         )
+        self._pool.stop_starting()
         self._wakeup.set()
         self._pool.wake()
         self._in_flight.notify()

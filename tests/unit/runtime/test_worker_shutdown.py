@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from dataclasses import replace
 from datetime import timedelta
 
@@ -94,3 +95,25 @@ def test_sigterm_asks_the_worker_to_stop(
     finally:
         restore()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_stop_signal_never_waits_for_a_lock_the_main_thread_holds() -> None:
+    """The handler runs on the main thread between two bytecodes, maybe inside a lock
+    the stop needs: it must hand the stop to another thread, not take the lock itself."""
+    needed = threading.Lock()
+    outcome: list[str] = []
+
+    def request_stop() -> None:
+        got = needed.acquire(timeout=1)
+        outcome.append(threading.current_thread().name if got else "lock never came")
+        if got:
+            needed.release()
+
+    restore = handle_stop_signals(request_stop)
+    try:
+        with needed:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs now, on this thread
+        wait_until(lambda: outcome, "the stop request")
+    finally:
+        restore()
+    assert outcome == ["millrace-stop-signals"]
