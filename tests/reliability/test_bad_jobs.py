@@ -3,7 +3,8 @@ decoded) end dead at their first claim with an error that names the cause, spend
 execution, and the worker goes on with the rest.
 
 The bad rows are written directly into the jobs table, as a bad deploy or a hand-edited
-row would leave them.
+row would leave them. A row whose retry policy cannot be read is still runnable: it runs
+once, without retries, instead of failing the claim that leased it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def test_jobs_with_missing_code_or_undecodable_arguments_end_dead_and_the_worker
                 (target, json.dumps(arguments), job_id),
             )
     good = enqueue_work(client, 20, 0.01)  # behind the bad ones in claim order
+    with psycopg.connect(rig.url, autocommit=True) as connection:
+        # An unreadable retry policy leaves the job runnable: it runs, without retries.
+        connection.execute(
+            "UPDATE millrace_job SET retry = '\"garbage\"'::jsonb WHERE uuid = %s", (good[0],)
+        )
     rig.supervisor.worker("worker", "--concurrency=2")
     wait_until(lambda: len(rig.ledger.finished()) == len(good), 30, "every good job finished")
     assert stop_all(rig) == [0]

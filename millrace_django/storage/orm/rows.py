@@ -73,14 +73,23 @@ def retry_json(retry: RetrySpec) -> dict[str, Any]:
     }
 
 
-def retry_of(stored: Mapping[str, Any]) -> RetrySpec:
-    return _retry_spec(
-        stored["kind"],
-        stored["max_attempts"],
-        stored["base_delay_us"],
-        stored["max_delay_us"],
-        stored["jitter"],
-    )
+def retry_of(stored: Any) -> RetrySpec:
+    """The retry policy a row stores. A policy of another shape (a hand-edited row) reads
+    as "no retries": raising here would fail the whole claim after it committed, every
+    time, so the batch it leased would never run; the job itself can still run once."""
+    try:
+        return _retry_spec(
+            stored["kind"],
+            stored["max_attempts"],
+            stored["base_delay_us"],
+            stored["max_delay_us"],
+            stored["jitter"],
+        )
+    except (KeyError, TypeError, ValueError):
+        return UNREADABLE_RETRY
+
+
+UNREADABLE_RETRY = RetrySpec()
 
 
 @lru_cache(maxsize=256, typed=True)
