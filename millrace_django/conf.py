@@ -166,6 +166,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "DEFAULT_RETRY": ("default_retry", _retry),
     "RETENTION": ("retention", _optional_positive_duration),
     "PURGE_BATCH": ("purge_batch", _positive_int),
+    "WORKER_RETENTION": ("worker_retention", _optional_positive_duration),
 }
 assert {name for name, _ in _PARSERS.values()} == {f.name for f in fields(MillraceSettings)}
 
@@ -236,6 +237,15 @@ def _cross_checks(s: Any, aliases: set[str]) -> Iterable[SettingProblem]:
             "millrace.E006",
             f"MILLRACE['DEFAULT_QUEUE'] {s.default_queue!r} is not in MILLRACE['QUEUES'].",
             "Jobs without a queue go to the default queue; some worker must claim it.",
+        )
+    if s.worker_retention is not None and s.worker_retention <= s.lease:
+        yield SettingProblem(
+            "millrace.E009",
+            f"MILLRACE['WORKER_RETENTION'] ({s.worker_retention}) must be longer than "
+            f"MILLRACE['LEASE'] ({s.lease}).",
+            "The scheduler forgets workers silent for WORKER_RETENTION; one silent for less "
+            "than a lease may be alive and holding jobs, and would vanish from the dashboard "
+            "and millrace_health --worker. Keep it hours long (default: 1 day), or None.",
         )
     if s.storage == "orm" and s.database not in aliases:
         yield SettingProblem(

@@ -75,6 +75,12 @@ class SchedulerConfig(Protocol):
     @property
     def purge_batch(self) -> int: ...
 
+    @property
+    def worker_retention(self) -> timedelta | None:
+        """How long the registry row of a silent worker is kept after its last heartbeat;
+        ``None`` keeps every row forever."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeSettings(EngineSettings):
@@ -92,6 +98,10 @@ class RuntimeSettings(EngineSettings):
     activation_batch: int = 100
     retention: timedelta | None = timedelta(days=7)
     purge_batch: int = 1000
+    worker_retention: timedelta | None = timedelta(days=1)
+    """A day: a worker that died overnight is still on the dashboard (as gone) the next
+    morning, while a cluster that starts a new worker id per pod start keeps one day of
+    starts, not a table that grows forever."""
     clock_sync: bool = True
     """Calibrate the clock to the database's (see :class:`~millrace_django.runtime.ClockSync`)."""
     clock_skew_warning: timedelta = timedelta(seconds=1)
@@ -102,6 +112,11 @@ class RuntimeSettings(EngineSettings):
         check_worker_config(self)
         check_scheduler_config(self)
         _require(self.clock_skew_warning > timedelta(0), "clock_skew_warning must be positive")
+        _require(
+            self.worker_retention is None or self.worker_retention > self.lease,
+            f"worker_retention ({self.worker_retention}) must be longer than lease "
+            f"({self.lease}), or a worker could be forgotten while its leases still hold",
+        )
 
 
 def check_worker_config(config: WorkerConfig) -> None:
@@ -128,6 +143,10 @@ def check_scheduler_config(config: SchedulerConfig) -> None:
     _require(
         config.retention is None or config.retention > timedelta(0),
         "retention must be positive or None",
+    )
+    _require(
+        config.worker_retention is None or config.worker_retention > timedelta(0),
+        "worker_retention must be positive or None",
     )
 
 

@@ -3,8 +3,9 @@
 The registry is for operators (the dashboard's workers page): it says who runs, where,
 for which queues and how busy. Nothing reads it to decide ownership: a worker that
 vanishes is shown as gone once its row is stale, and its jobs come back to the others
-by their leases, never by its row. A failed write is logged and forgotten; the next
-heartbeat writes again.
+by their leases, never by its row. The scheduler deletes the row once it is older than
+``worker_retention``. A failed write is logged and forgotten; the next heartbeat writes
+again (re-creating a row deleted meanwhile).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The scheduler: make due jobs claimable, fire due cron occurrences, purge old jobs.
+"""The scheduler: make due jobs claimable, fire due cron occurrences, purge old jobs,
+forget workers long silent.
 
 Run it on every node at once: there is no leader. Each due job is activated exactly once
 and each cron occurrence fires exactly once because the storage makes those moves
@@ -12,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from millrace_django.clock import Clock
 from millrace_django.contract import JobStorage, RecurringRecord
@@ -27,6 +28,11 @@ logger = logging.getLogger(__name__)
 MAX_BATCHES = 10
 """Storage calls per step and pass; a larger backlog drains over the following passes."""
 
+FORGET_WORKERS_EVERY = timedelta(minutes=1)
+"""How often (on the injected clock) a scheduler forgets silent workers: their rows go
+within a minute of passing ``worker_retention``, at the cost of one small delete a minute
+per scheduler rather than one a pass."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulerPass:
@@ -35,6 +41,7 @@ class SchedulerPass:
     activated: int = 0
     fired: int = 0
     purged: int = 0
+    forgotten: int = 0
 
 
 def activate_due(storage: JobStorage, now: datetime, batch: int) -> int:
@@ -121,6 +128,7 @@ class Scheduler:
         self._hooks = hooks or Hooks()
         self._clock_sync = clock_sync
         self._stop = threading.Event()
+        self._forgot_at: datetime | None = None
 
     def run_once(self) -> SchedulerPass:
         """One pass at the clock's current time. Each step's failure is logged and
@@ -135,7 +143,8 @@ class Scheduler:
                 "recurring", lambda: fire_due_recurring(self._storage, self._clock, now, batch)
             )
             purged = self._step("purge", lambda: self.purge(now))
-        return SchedulerPass(activated=activated, fired=fired, purged=purged)
+            forgotten = self._step("worker registry", lambda: self.forget_workers(now))
+        return SchedulerPass(activated=activated, fired=fired, purged=purged, forgotten=forgotten)
 
     def purge(self, now: datetime) -> int:
         """Delete jobs finished longer than ``retention`` before ``now`` (none if
@@ -144,6 +153,29 @@ class Scheduler:
         if retention is None:
             return 0
         return purge_finished(self._storage, now - retention, self._config.purge_batch)
+
+    def forget_workers(self, now: datetime) -> int:
+        """Delete the registry rows of workers last seen more than ``worker_retention``
+        before ``now`` (none if that is ``None`` or the storage keeps no registry), at most
+        once per :data:`FORGET_WORKERS_EVERY`. Only rows go: a dead worker's jobs come
+        back by their leases, never by its row; and the retention is longer than a lease,
+        so a worker still heartbeating (and holding its leases) is never forgotten."""
+        retention = self._config.worker_retention
+        forget = getattr(self._storage, "forget_workers", None)
+        if retention is None or forget is None or self._forgot_recently(now):
+            return 0
+        self._forgot_at = now
+        cutoff = now - retention
+        forgotten = int(forget(cutoff))
+        if forgotten:
+            logger.info("forgot %d worker(s) silent since before %s", forgotten, cutoff)
+        return forgotten
+
+    def _forgot_recently(self, now: datetime) -> bool:
+        """Within :data:`FORGET_WORKERS_EVERY` after the last forget (a clock that moved
+        back before it does not postpone the next one)."""
+        last = self._forgot_at
+        return last is not None and last <= now < last + FORGET_WORKERS_EVERY
 
     def run(self) -> None:
         """A pass every ``scheduler_interval`` (real time) until :meth:`request_stop`."""

@@ -19,7 +19,7 @@ from millrace_django.management.support import (
     parse_duration,
     tidy_connections,
 )
-from millrace_django.models import JOB_STATE_CODES, Job
+from millrace_django.models import JOB_STATE_CODES, Job, Worker
 from tests.unit import command_jobs
 
 transactional = pytest.mark.django_db(transaction=True)
@@ -138,6 +138,24 @@ def test_the_scheduler_makes_one_pass_with_once() -> None:
     job_id = command_jobs.record.schedule("due", at=datetime.now(UTC) - timedelta(seconds=1))
     assert "activated 1, fired 0 recurring, purged 0" in run("millrace_scheduler", "--once")
     assert state_of(job_id) is JobState.ENQUEUED
+
+
+@transactional
+def test_the_scheduler_forgets_workers_silent_for_longer_than_the_worker_retention() -> None:
+    now = datetime.now(UTC)
+    for worker_id, seen_at in (("gone", now - timedelta(days=2)), ("alive", now)):
+        Worker.objects.create(
+            worker_id=worker_id,
+            hostname="host",
+            pid=1,
+            queues=["default"],
+            concurrency=1,
+            in_flight=0,
+            started_at=now - timedelta(days=3),
+            seen_at=seen_at,
+        )
+    assert "forgot 1 silent worker\n" in run("millrace_scheduler", "--once")
+    assert list(Worker.objects.values_list("worker_id", flat=True)) == ["alive"]
 
 
 @transactional

@@ -29,6 +29,7 @@ def test_no_setting_at_all_gives_the_documented_defaults(settings: Any) -> None:
     assert parsed.claim_batch == 64
     assert parsed.interruption_limit == 10
     assert parsed.default_retry == Retry.exponential(5)
+    assert parsed.worker_retention == timedelta(days=1)
 
 
 def test_numbers_are_read_as_seconds(settings: Any) -> None:
@@ -53,6 +54,19 @@ def test_a_lease_not_longer_than_the_heartbeat_is_an_error_with_a_hint(settings:
     assert error.hint and "lease" in error.hint.lower()
 
 
+def test_a_worker_retention_not_longer_than_the_lease_is_an_error_with_a_hint(
+    settings: Any,
+) -> None:
+    (error,) = _errors(settings, {"LEASE": 600, "WORKER_RETENTION": 600})
+    assert error.id == "millrace.E009"
+    assert "LEASE" in error.msg
+    assert error.hint and "1 day" in error.hint
+    assert _errors(settings, {"LEASE": 600, "WORKER_RETENTION": 601}) == []
+    assert get_settings().worker_retention == timedelta(seconds=601)
+    assert _errors(settings, {"WORKER_RETENTION": None}) == []
+    assert get_settings().worker_retention is None
+
+
 @pytest.mark.parametrize(
     ("value", "error_id"),
     [
@@ -62,6 +76,8 @@ def test_a_lease_not_longer_than_the_heartbeat_is_an_error_with_a_hint(settings:
         ({"QUEUES": "default"}, "millrace.E003"),
         ({"QUEUES": []}, "millrace.E003"),
         ({"LEASE": -1}, "millrace.E003"),
+        ({"WORKER_RETENTION": 0}, "millrace.E003"),
+        ({"WORKER_RETENTION": "1d"}, "millrace.E003"),
         ({"STORAGE": "redis"}, "millrace.E003"),
         ({"DEFAULT_RETRY": {"kind": "fixed"}}, "millrace.E003"),
         ({"POLL_MIN": 2, "POLL_MAX": 1}, "millrace.E005"),

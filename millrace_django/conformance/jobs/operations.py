@@ -180,6 +180,23 @@ class WorkerRegistryFacts(FactGroup):
         assert [w.worker_id for w in store.jobs.list_workers()] == ["at-cutoff"]
         assert store.jobs.forget_workers(cutoff) == 0
 
+    def test_forget_workers_never_forgets_a_live_worker_and_a_forgotten_one_returns(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Rows seen after the cutoff stay; a forgotten worker's next heartbeat re-registers it."""
+        silent = _heartbeat("silent", clock.now())
+        store.jobs.record_worker_heartbeat(silent)
+        clock.advance(timedelta(days=1))
+        live = _heartbeat("live", clock.now(), in_flight=5)
+        store.jobs.record_worker_heartbeat(live)
+
+        assert store.jobs.forget_workers(clock.now() - timedelta(hours=1)) == 1
+        assert store.jobs.list_workers() == [live]
+        clock.advance(timedelta(seconds=5))
+        back = _heartbeat("silent", clock.now())
+        store.jobs.record_worker_heartbeat(back)
+        assert store.jobs.list_workers() == [back, live]
+
     def test_a_registry_row_never_affects_a_workers_jobs(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:

@@ -21,8 +21,9 @@ from millrace_django.runtime import Scheduler
 class Command(BaseCommand):
     help = (
         "Run the Millrace scheduler alone: every MILLRACE['SCHEDULER_INTERVAL'] it makes "
-        "due jobs claimable, fires due recurring jobs and purges jobs past "
-        "MILLRACE['RETENTION']. Safe to run on every node. SIGTERM or Ctrl-C stops it."
+        "due jobs claimable, fires due recurring jobs, purges jobs past "
+        "MILLRACE['RETENTION'] and forgets workers silent for MILLRACE['WORKER_RETENTION']. "
+        "Safe to run on every node. SIGTERM or Ctrl-C stops it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -44,9 +45,10 @@ class Command(BaseCommand):
                 if options["once"]:
                     done = scheduler.run_once()
                     if options["verbosity"] >= 1:
+                        workers = "worker" if done.forgotten == 1 else "workers"
                         self.stdout.write(
                             f"activated {done.activated}, fired {done.fired} recurring, "
-                            f"purged {done.purged}"
+                            f"purged {done.purged}, forgot {done.forgotten} silent {workers}"
                         )
                     return
                 with stop_signals(scheduler.request_stop):

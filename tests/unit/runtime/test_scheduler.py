@@ -1,4 +1,5 @@
-"""The scheduler: due activation, cron fires exactly once per occurrence, retention."""
+"""The scheduler: due activation, cron fires exactly once per occurrence, retention of
+jobs and of the worker registry."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from millrace_django.clock import FakeClock
+from millrace_django.clock import Clock, CorrectedClock, FakeClock
 from millrace_django.contract import (
     ClaimRequest,
     Invocation,
     JobQuery,
+    JobRecord,
     JobState,
     RecurringRecord,
 )
 from millrace_django.engine import JobClient, outcomes
 from millrace_django.runtime import RuntimeSettings, Scheduler, scheduler
+from millrace_django.runtime.registry import WorkerRegistration
+from millrace_django.runtime.scheduler import FORGET_WORKERS_EVERY
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.helpers import TIMEOUT, stored, wait_until
@@ -193,3 +197,118 @@ def test_a_failing_step_does_not_stop_the_others(
     clock.advance(timedelta(minutes=1))
     assert Scheduler(storage, clock, settings).run_once().fired == 1
     assert "activation step failed" in caplog.text
+
+
+# -- forgetting silent workers -----------------------------------------------------------
+
+
+def register(storage: MemoryStorage, clock: Clock, worker_id: str) -> WorkerRegistration:
+    """A worker's registry row, written now (as its first heartbeat does)."""
+    registration = WorkerRegistration(
+        storage, clock, worker_id=worker_id, queues=["default"], concurrency=1
+    )
+    assert registration.beat(0)
+    return registration
+
+
+def registered(storage: MemoryStorage) -> list[str]:
+    return [worker.worker_id for worker in storage.list_workers()]
+
+
+def test_a_worker_silent_for_longer_than_the_worker_retention_is_forgotten_a_live_one_never(
+    storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    hourly = replace(settings, worker_retention=timedelta(hours=1))
+    scheduler = Scheduler(storage, clock, hourly)
+    register(storage, clock, "dead")
+    live = register(storage, clock, "live")
+    forgotten_at: list[datetime] = []
+    while clock.now() < START + timedelta(hours=2):  # a pass and a heartbeat at once
+        clock.advance(settings.heartbeat)
+        assert live.beat(0)
+        if scheduler.run_once().forgotten:
+            forgotten_at.append(clock.now())
+        assert "live" in registered(storage)
+    # "dead" turns stale just after START + 1 h; passes forget at 10 s, 70 s, ... past START
+    assert forgotten_at == [START + timedelta(hours=1, seconds=10)]
+    assert registered(storage) == ["live"]
+
+
+def test_workers_are_forgotten_at_most_once_a_minute_of_the_clock(
+    storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    scheduler = Scheduler(storage, clock, replace(settings, worker_retention=timedelta(hours=1)))
+    register(storage, clock, "first")
+    clock.advance(timedelta(seconds=30))
+    register(storage, clock, "second")
+    clock.advance(timedelta(hours=1))  # "first" silent 1 h 30 s, "second" exactly 1 h
+    assert scheduler.run_once().forgotten == 1
+    clock.advance(FORGET_WORKERS_EVERY - timedelta(microseconds=1))
+    assert scheduler.run_once().forgotten == 0  # "second" is stale, but not a minute yet
+    assert registered(storage) == ["second"]
+    clock.advance(timedelta(microseconds=1))
+    assert scheduler.run_once().forgotten == 1
+    assert registered(storage) == []
+
+
+def test_a_clock_stepped_back_does_not_postpone_forgetting(
+    storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    corrected = CorrectedClock(clock, offset=timedelta(hours=1))
+    scheduler = Scheduler(
+        storage, corrected, replace(settings, worker_retention=timedelta(minutes=5))
+    )
+    assert scheduler.run_once().forgotten == 0  # at START + 1 h: nothing registered yet
+    register(storage, clock, "gone")  # seen at START
+    clock.advance(timedelta(minutes=10))
+    corrected.set_offset(timedelta(0))  # calibration: this node ran an hour fast
+    assert scheduler.run_once().forgotten == 1  # at START + 10 min, before the last forget
+    assert registered(storage) == []
+
+
+def test_a_worker_retention_must_outlast_the_lease_so_no_live_worker_is_forgotten(
+    settings: RuntimeSettings,
+) -> None:
+    with pytest.raises(ValueError, match=r"worker_retention .* must be longer than lease"):
+        replace(settings, worker_retention=settings.lease)
+    with pytest.raises(ValueError, match="worker_retention must be positive or None"):
+        replace(settings, worker_retention=timedelta(0))
+
+
+def test_no_worker_is_forgotten_without_a_worker_retention_or_a_registry(
+    storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    register(storage, clock, "old")
+    clock.advance(timedelta(days=365))
+    keep_all = Scheduler(storage, clock, replace(settings, worker_retention=None))
+    assert keep_all.run_once().forgotten == 0
+    assert registered(storage) == ["old"]
+    no_registry = Scheduler(object(), clock, settings)  # type: ignore[arg-type]
+    assert no_registry.forget_workers(clock.now()) == 0
+
+
+def test_a_dead_workers_jobs_come_back_by_their_leases_whatever_its_registry_row(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    def claim(worker_id: str) -> JobRecord:
+        (job,) = storage.claim(
+            ClaimRequest(
+                worker_id=worker_id,
+                queues=frozenset({"default"}),
+                max_count=1,
+                lease=settings.lease,
+            )
+        )
+        return job
+
+    job_id = jobs.record.enqueue("orphan")
+    register(storage, clock, "dead")
+    assert claim("dead").id == job_id
+    clock.advance(settings.lease + timedelta(seconds=1))  # "dead" never renews its lease
+    reclaimed = claim("other")
+    assert (reclaimed.id, reclaimed.attempt) == (job_id, 2)
+    assert registered(storage) == ["dead"]  # recovered while its row still stands
+    clock.advance(timedelta(days=1))  # the default worker retention
+    assert Scheduler(storage, clock, settings).run_once().forgotten == 1
+    job = stored(storage, job_id)
+    assert (job.state, job.worker_id, job.attempt) == (JobState.PROCESSING, "other", 2)
