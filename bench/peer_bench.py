@@ -372,7 +372,7 @@ def measure(report: Report, drivers: Drivers, sizes: Sizes, system: str, repeat:
         shown = error or summarize(figure, value or {})
         say(f"  {LABELS[system]:<16} {config:<8} {figure:<16} {shown}")
 
-    spec = {
+    spec: dict[str, Any] = {
         "single": sizes.single,
         "batched": sizes.batched,
         "batch": sizes.batch,
@@ -590,8 +590,10 @@ def table(report: Report, figures: tuple[str, ...]) -> list[str]:
                     text = "(as default)" if info.recurring_configs else "n/a"
                 if figure.startswith("enqueue") and not text:
                     text = "(as default)"
+                if not text:
+                    text = "not run"
                 cells.append(text)
-                if text not in ("", "n/a", "—", "(as default)"):
+                if text not in ("not run", "n/a", "(as default)"):
                     report.summary.append(entry)
             lines.append(f"| {LABELS[system]} | {config} | " + " | ".join(cells) + " |")
     return lines
