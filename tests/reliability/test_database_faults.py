@@ -183,6 +183,9 @@ def wait_for_successes(url: str, count: int, timeout: float = DRAIN_SECONDS) -> 
     wait_until(lambda: succeeded(url) >= count, timeout, f"{count} successes")
 
 
+LISTENER_RECONNECT_SECONDS = 15.0
+
+
 def assert_rode_it_out(rig: Rig, workers: list[ManagePy], since: float) -> None:
     """Every worker is the process first started (never restarted), still runs,
     finished jobs after ``since`` (``time.monotonic()``) and heard wake-ups again."""
@@ -191,8 +194,14 @@ def assert_rode_it_out(rig: Rig, workers: list[ManagePy], since: float) -> None:
     assert all(worker.running() for worker in workers), rig.supervisor.logs()
     working = {event.pid for event in rig.ledger.events("finish") if event.monotonic > since}
     assert working == {worker.pid for worker in workers}
+    # A listener is read only while its worker idles: one that drained the backlog
+    # without pausing notices the lost session, and reconnects, once the backlog is gone.
     for worker in workers:
-        assert "wake-up listener reconnected" in worker.log(), worker.log()[-3000:]
+        try:
+            worker.wait_for_log("wake-up listener reconnected", LISTENER_RECONNECT_SECONDS)
+        except AssertionError as error:
+            told = [line for line in worker.log().splitlines() if "wake-up" in line]
+            raise AssertionError("\n".join([str(error), *told])) from None
 
 
 def log_lines(worker: ManagePy, text: str) -> list[tuple[datetime, str]]:
