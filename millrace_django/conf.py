@@ -153,6 +153,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "QUEUES": ("queues", _queues),
     "DEFAULT_QUEUE": ("default_queue", _name),
     "CONCURRENCY": ("concurrency", _positive_int),
+    "ASYNC_CONCURRENCY": ("async_concurrency", _positive_int),
     "LEASE": ("lease", _positive_duration),
     "HEARTBEAT": ("heartbeat", _positive_duration),
     "CLAIM_BATCH": ("claim_batch", _positive_int),

@@ -3,12 +3,17 @@
 Ids sort by creation time, so indexes on them stay append-mostly. Within one millisecond
 a 12-bit counter keeps ids from one process strictly increasing. An id always carries its
 clock's time: a clock behind the last one minted (another clock, in tests) starts afresh.
+
+The random bits come from the operating system's CSPRNG (``os.urandom``), read a few
+kilobytes at a time rather than once per id; a forked child never reuses its parent's.
 """
 
 from __future__ import annotations
 
-import secrets
+import os
+import struct
 import threading
+from datetime import datetime
 from uuid import UUID
 
 from millrace_django.clock import Clock
@@ -17,11 +22,43 @@ _lock = threading.Lock()
 _last_ms = -1
 _counter = 0
 
+_DRAWS_PER_READ = 512
+"""64-bit random draws read from the OS at once (4 KiB)."""
+_unpack_draws = struct.Struct(f"<{_DRAWS_PER_READ}Q").unpack
+_draws: tuple[int, ...] = ()
+_next_draw = 0
+
+
+def _random64() -> int:
+    """64 random bits (call with ``_lock`` held)."""
+    global _draws, _next_draw
+    if _next_draw == len(_draws):
+        _draws = _unpack_draws(os.urandom(8 * _DRAWS_PER_READ))
+        _next_draw = 0
+    draw = _draws[_next_draw]
+    _next_draw += 1
+    return draw
+
+
+def _forget_draws() -> None:
+    """In a forked child: the parent's unused draws would be drawn twice."""
+    global _draws, _next_draw
+    _draws, _next_draw = (), 0
+
+
+os.register_at_fork(after_in_child=_forget_draws)
+
 
 def new_id(clock: Clock) -> UUID:
     """Mint a UUIDv7 whose timestamp is ``clock.now()``."""
+    return id_at(clock.now())
+
+
+def id_at(now: datetime) -> UUID:
+    """Mint a UUIDv7 whose timestamp is ``now`` (from the injected clock), for callers
+    that stamp the same instant elsewhere (a job's ``created_at``)."""
     global _last_ms, _counter
-    ms = int(clock.now().timestamp() * 1000)
+    ms = int(now.timestamp() * 1000)
     with _lock:
         if _last_ms - 1 <= ms <= _last_ms:  # this millisecond, or one borrowed after it
             ms = _last_ms
@@ -30,12 +67,13 @@ def new_id(clock: Clock) -> UUID:
                 ms += 1
                 _counter = 0
         else:
-            _counter = secrets.randbits(11)
+            _counter = _random64() & 0x7FF  # 11 bits: room to count up in this millisecond
         _last_ms = ms
         counter = _counter
+        random = _random64() & 0x3FFF_FFFF_FFFF_FFFF  # 62 bits
     value = (ms & 0xFFFF_FFFF_FFFF) << 80
     value |= 0x7 << 76
     value |= counter << 64
     value |= 0b10 << 62
-    value |= secrets.randbits(62)
+    value |= random
     return UUID(int=value)

@@ -225,6 +225,16 @@ class JobStorage(Protocol):
         Unknown id or stale ``expected``: ``False``, nothing inserted."""
         ...
 
+    def next_due_time(self, after: datetime) -> datetime | None:
+        """The earliest moment later than ``after`` at which :meth:`activate_due` or
+        :meth:`get_due_recurring` finds work: the least ``due_at`` of the ``scheduled``
+        and ``failed`` jobs and ``next_fire_time`` of the recurring definitions, counting
+        only those strictly after ``after``; ``None`` if there is none. A plain read,
+        served by the indexes those two use (cheap enough for every scheduler pass):
+        a scheduler sleeps until then instead of polling. Work due at or before
+        ``after`` is not reported (the pass at ``after`` has already seen it)."""
+        ...
+
 
 @runtime_checkable
 class WorkflowStorage(Protocol):

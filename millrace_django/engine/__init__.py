@@ -25,7 +25,7 @@ from millrace_django.engine.errors import (
     UnrunnableJob,
     UnserializableArgument,
 )
-from millrace_django.engine.executor import PreparedJob, prepare, run_handler
+from millrace_django.engine.executor import PreparedJob, prepare, run_handler, run_handler_async
 from millrace_django.engine.invocation import capture, decode, resolve
 from millrace_django.engine.registry import (
     ConfiguredJob,
@@ -82,6 +82,7 @@ __all__ = [
     "registered_jobs",
     "resolve",
     "run_handler",
+    "run_handler_async",
     "set_default_client",
     "tenant",
     "validate_retry",

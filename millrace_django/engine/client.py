@@ -46,7 +46,7 @@ from millrace_django.engine.recurring import occurrence
 from millrace_django.engine.registry import ConfiguredJob, JobLike, JobOptions, unpack
 from millrace_django.engine.retry import validate_retry
 from millrace_django.engine.tenancy import current_tenant
-from millrace_django.ids import new_id
+from millrace_django.ids import id_at, new_id
 from millrace_django.observability.telemetry import publish
 
 
@@ -269,12 +269,13 @@ class JobClient:
             options = JobOptions(idempotency_key=key).over(options)
         queue = self.queue(options.queue)
         invocation = capture(definition, args, kwargs)
+        now = self.clock.now()
         return JobRecord(
-            id=new_id(self.clock),
+            id=id_at(now),
             queue=queue,
             invocation=invocation,
             state=state,
-            created_at=self.clock.now(),
+            created_at=now,
             priority=options.priority or 0,
             due_at=due_at,
             retry=options.retry or self.config.default_retry,

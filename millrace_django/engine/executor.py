@@ -2,7 +2,8 @@
 
 Sync functions are called on the calling (worker) thread; async ones run on a fresh
 event loop via :func:`asyncio.run`, or on a loop the worker supplies (one long-lived
-loop for all async jobs is cheaper than a loop per job).
+loop for all async jobs is cheaper than a loop per job), or are awaited by
+:func:`run_handler_async` on the loop itself.
 """
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ def run_handler(
         result = prepared.definition.fn(*prepared.args, **kwargs)
         if prepared.definition.is_async:
             return _complete(result, loop)
+        return result
+
+
+async def run_handler_async(prepared: PreparedJob, context: JobContext) -> object:
+    """Like :func:`run_handler`, on the running event loop: an async function is awaited
+    here (it holds no thread while it waits); a plain one is called."""
+    kwargs = dict(prepared.kwargs)
+    if prepared.definition.accepts_context:
+        kwargs[CONTEXT_PARAMETER] = context
+    with tenant(context.tenant):
+        result = prepared.definition.fn(*prepared.args, **kwargs)
+        if prepared.definition.is_async:
+            return await result
         return result
 
 

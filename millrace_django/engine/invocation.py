@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,9 +41,65 @@ def capture(
             f"cannot enqueue {target}: 'context' is supplied by the worker at run time"
         )
     try:
-        bound = definition.signature.bind(*args, **kwargs)
+        shape = definition.call_shape(len(args), tuple(kwargs))
     except TypeError as error:
         raise InvalidJobArguments(f"cannot enqueue {definition.describe_call()}: {error}") from None
+    # A copy, so later mutation by the caller cannot reach the stored job.
+    try:
+        if shape.as_given:
+            stored_args = [_plain_copy(value, 0) for value in args]
+            stored_kwargs = {name: _plain_copy(value, 0) for name, value in kwargs.items()}
+        else:
+            values = (*args, *kwargs.values())
+            stored_args = [_plain_copy(values[n], 0) for n in shape.args]
+            stored_kwargs = {name: _plain_copy(values[n], 0) for name, n in shape.kwargs}
+    except _NotPlain:
+        return _checked_capture(definition, args, kwargs)
+    return Invocation(target=target, args=tuple(stored_args), kwargs=stored_kwargs)
+
+
+class _NotPlain(Exception):
+    """A value :func:`_plain_copy` leaves to the full check."""
+
+
+_COPY_DEPTH = 32
+_INT_BOUND = 1 << 64
+
+
+def _plain_copy(value: Any, depth: int) -> JSON:
+    """``value`` as a JSON round trip would give it back, when that is ``value`` itself:
+    plain JSON types only (scalars as they are, lists and dicts copied). Anything else
+    (or a huge int, a deep or cyclic structure) raises :class:`_NotPlain`, for the
+    full check to accept or explain."""
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        if -_INT_BOUND < value < _INT_BOUND:
+            return value  # type: ignore[no-any-return]
+    elif kind is float:
+        if math.isfinite(value):
+            return value  # type: ignore[no-any-return]
+    elif depth < _COPY_DEPTH:
+        if kind is list:
+            return [_plain_copy(item, depth + 1) for item in value]
+        if kind is dict:
+            copy: dict[str, JSON] = {}
+            for key, item in value.items():
+                if type(key) is not str:
+                    raise _NotPlain
+                copy[key] = _plain_copy(item, depth + 1)
+            return copy
+    raise _NotPlain
+
+
+def _checked_capture(
+    definition: JobDefinition[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Invocation:
+    """The full check of a call that fits, naming the first culprit in signature order,
+    and a JSON copy of what passes it."""
+    target = definition.target
+    bound = definition.signature.bind(*args, **kwargs)
     for name, value in bound.arguments.items():
         kind = definition.signature.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
@@ -53,7 +110,6 @@ def capture(
                 _check(target, key, item)
         else:
             _check(target, name, value)
-    # A JSON copy, so later mutation by the caller cannot reach the stored job.
     stored_args: list[JSON] = json.loads(json.dumps(list(bound.args)))
     stored_kwargs: dict[str, JSON] = json.loads(json.dumps(bound.kwargs))
     return Invocation(target=target, args=tuple(stored_args), kwargs=stored_kwargs)

@@ -37,6 +37,20 @@ RESERVED_PARAMETERS = frozenset({"idempotency_key", "delay", "at"})
 FITTING_SHAPES = 64
 """Call shapes each job remembers as fitting (a bound: ``**kwargs`` accepts any names)."""
 
+
+@dataclass(frozen=True, slots=True)
+class CallShape:
+    """How every call of one shape binds, as :meth:`inspect.Signature.bind` would bind it.
+
+    The passed values are numbered positionals first, then keywords in the order given;
+    ``args`` and ``kwargs`` say which of them become the bound positional and keyword
+    arguments. ``as_given``: both come out exactly as passed (the usual call)."""
+
+    args: tuple[int, ...]
+    kwargs: tuple[tuple[str, int], ...]
+    as_given: bool
+
+
 _lock = threading.Lock()
 _registry: dict[str, JobDefinition[..., Any]] = {}
 
@@ -134,8 +148,8 @@ class JobDefinition[**P, R](_Submits):
         )
         """The signature arguments are bound against (``context`` left out)."""
         self.is_async = inspect.iscoroutinefunction(fn)
-        self._fitting: set[tuple[int, frozenset[str]]] = set()
-        """Call shapes known to fit :attr:`signature` (see :meth:`check_call`)."""
+        self._shapes: dict[tuple[int, tuple[str, ...]], CallShape] = {}
+        """Call shapes known to fit :attr:`signature` (see :meth:`call_shape`)."""
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -145,16 +159,27 @@ class JobDefinition[**P, R](_Submits):
         return f"<job {self.target}>"
 
     def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Raise ``TypeError`` if ``args`` and ``kwargs`` do not fit :attr:`signature`.
+        """Raise ``TypeError`` if ``args`` and ``kwargs`` do not fit :attr:`signature`."""
+        self.call_shape(len(args), tuple(kwargs))
 
-        Whether a call binds depends only on its shape (how many positional arguments,
-        which keywords), so a worker binds each shape once, not every job."""
-        shape = (len(args), frozenset(kwargs))
-        if shape in self._fitting:
-            return
-        self.signature.bind(*args, **kwargs)
-        if len(self._fitting) < FITTING_SHAPES:
-            self._fitting.add(shape)
+    def call_shape(self, count: int, keywords: tuple[str, ...]) -> CallShape:
+        """How a call with ``count`` positional arguments and these keywords binds;
+        ``TypeError`` (naming no value) if it does not fit :attr:`signature`.
+
+        Binding depends only on the shape, never on the values, so enqueues and workers
+        bind each shape once, not every job."""
+        key = (count, keywords)
+        shape = self._shapes.get(key)
+        if shape is None:
+            # Bind the values' numbers in their place: they say where each value goes.
+            numbers = dict(zip(keywords, range(count, count + len(keywords)), strict=True))
+            bound = self.signature.bind(*range(count), **numbers)
+            args, kwargs = tuple(bound.args), tuple(bound.kwargs.items())
+            as_given = args == tuple(range(count)) and kwargs == tuple(numbers.items())
+            shape = CallShape(args, kwargs, as_given)
+            if len(self._shapes) < FITTING_SHAPES:
+                self._shapes[key] = shape
+        return shape
 
     def describe_call(self) -> str:
         """``"pkg.mod:fn(a, *, b=1)"``, for error messages (annotations left out)."""

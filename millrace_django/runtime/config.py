@@ -25,6 +25,12 @@ class WorkerConfig(EngineConfig, Protocol):
         ...
 
     @property
+    def async_concurrency(self) -> int:
+        """``async def`` jobs run at once by one worker, on its event loop: they wait
+        without a thread, so this bound is independent of ``concurrency``."""
+        ...
+
+    @property
     def lease(self) -> timedelta:
         """How long a claim holds a job without renewal; must exceed ``heartbeat``."""
         ...
@@ -86,7 +92,14 @@ class SchedulerConfig(Protocol):
 class RuntimeSettings(EngineSettings):
     """A plain, validated :class:`WorkerConfig` and :class:`SchedulerConfig`."""
 
-    concurrency: int = field(default_factory=lambda: max(4, 2 * (os.cpu_count() or 1)))
+    concurrency: int = field(default_factory=lambda: max(8, 2 * (os.cpu_count() or 1)))
+    """Threads for plain job functions: 8 at least, since most jobs of a web application
+    wait on I/O (HTTP, mail, the database); threads start only when work needs them, so
+    quick jobs still run on one or two."""
+    async_concurrency: int = 100
+    """Coroutines of ``async def`` jobs at once: they hold no thread while they wait, so
+    this can be far above ``concurrency``; it bounds the sockets and connections they
+    open at once."""
     lease: timedelta = timedelta(minutes=5)
     heartbeat: timedelta = timedelta(minutes=1)
     claim_batch: int = 64
@@ -122,6 +135,7 @@ class RuntimeSettings(EngineSettings):
 def check_worker_config(config: WorkerConfig) -> None:
     """Raise ``ValueError`` for settings a worker cannot run with."""
     _require(config.concurrency >= 1, "concurrency must be at least 1")
+    _require(config.async_concurrency >= 1, "async_concurrency must be at least 1")
     _require(config.claim_batch >= 1, "claim_batch must be at least 1")
     _require(config.heartbeat > timedelta(0), "heartbeat must be positive")
     _require(

@@ -22,11 +22,13 @@ from millrace_django.contract import (
 from millrace_django.engine import (
     EngineConfig,
     JobContext,
+    PreparedJob,
     UnrunnableJob,
     lookup,
     outcomes,
     prepare,
     run_handler,
+    run_handler_async,
 )
 from millrace_django.engine.outcomes import Observers
 from millrace_django.errors import ConcurrencyConflict, StorageError
@@ -67,22 +69,55 @@ def run_claimed(
     creates then continue its trace.
     """
     with Observed(job, clock) as observed:
-        outcome = _run(job, context, clock=clock, config=config, loop=loop)
-        transition = observed.carry(outcome.transition)
-        if transition is not outcome.transition:
-            outcome = Outcome(transition, outcome.error)
-        observed.end(outcome.transition, outcome.error)
-        return outcome
+        started = _start(job, context, clock=clock, config=config)
+        if isinstance(started, Outcome):
+            return _seen(observed, started)
+        error: BaseException | None = None
+        result: object = None
+        try:
+            result = run_handler(started, context, loop=loop)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as raised:
+            error = raised
+        outcome = _end(job, context, started, error, result, clock=clock, config=config)
+        return _seen(observed, outcome)
 
 
-def _run(
-    job: JobRecord,
-    context: JobContext,
-    *,
-    clock: Clock,
-    config: EngineConfig,
-    loop: asyncio.AbstractEventLoop | None,
+async def run_claimed_async(
+    job: JobRecord, context: JobContext, *, clock: Clock, config: EngineConfig
 ) -> Outcome:
+    """:func:`run_claimed` on the running event loop: the job's coroutine is awaited
+    here, holding no thread while it waits."""
+    with Observed(job, clock) as observed:
+        started = _start(job, context, clock=clock, config=config)
+        if isinstance(started, Outcome):
+            return _seen(observed, started)
+        error: BaseException | None = None
+        result: object = None
+        try:
+            result = await run_handler_async(started, context)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as raised:
+            error = raised
+        outcome = _end(job, context, started, error, result, clock=clock, config=config)
+        return _seen(observed, outcome)
+
+
+def _seen(observed: Observed, outcome: Outcome) -> Outcome:
+    """``outcome``, its new jobs continuing the attempt's trace, recorded as its end."""
+    transition = observed.carry(outcome.transition)
+    if transition is not outcome.transition:
+        outcome = Outcome(transition, outcome.error)
+    observed.end(outcome.transition, outcome.error)
+    return outcome
+
+
+def _start(
+    job: JobRecord, context: JobContext, *, clock: Clock, config: EngineConfig
+) -> Outcome | PreparedJob:
+    """The job made runnable, or the outcome that ends it without running."""
     try:
         prepared = prepare(job)
     except UnrunnableJob as error:
@@ -94,17 +129,26 @@ def _run(
         return Outcome(verdict)
     if context.cancel_reason is not None:
         return Outcome(cancellation_outcome(job, context, clock=clock, config=config))
-    try:
-        result = run_handler(prepared, context, loop=loop)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:
-        if context.cancel_reason is not None:
-            return Outcome(cancellation_outcome(job, context, clock=clock, config=config), error)
+    return prepared
+
+
+def _end(
+    job: JobRecord,
+    context: JobContext,
+    prepared: PreparedJob,
+    error: BaseException | None,
+    result: object,
+    *,
+    clock: Clock,
+    config: EngineConfig,
+) -> Outcome:
+    """The outcome of a function that raised ``error`` or returned ``result``."""
+    if context.cancel_reason is not None:
+        return Outcome(cancellation_outcome(job, context, clock=clock, config=config), error)
+    observers = prepared.definition.failure_observers
+    if error is not None:
         failure = outcomes.failed(job, error, clock=clock, config=config, observers=observers)
         return Outcome(failure, error)
-    if context.cancel_reason is not None:
-        return Outcome(cancellation_outcome(job, context, clock=clock, config=config))
     return Outcome(
         outcomes.succeeded(
             job,

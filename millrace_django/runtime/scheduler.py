@@ -5,6 +5,11 @@ Run it on every node at once: there is no leader. Each due job is activated exac
 and each cron occurrence fires exactly once because the storage makes those moves
 atomic (a lost compare-and-set is a normal ``False``). A pass that fails is logged and
 the next one starts afresh. The module-level steps are shared with the test runner.
+
+Between passes it sleeps until the next due job or cron occurrence, as read at the end
+of its pass, but never longer than ``scheduler_interval``: nothing wakes a sleeping
+scheduler, so work added meanwhile with an earlier due time is found at most one
+interval late (as the interval bounds every lateness when nothing is planned).
 """
 
 from __future__ import annotations
@@ -28,6 +33,12 @@ logger = logging.getLogger(__name__)
 MAX_BATCHES = 10
 """Storage calls per step and pass; a larger backlog drains over the following passes."""
 
+SHORTEST_PAUSE = timedelta(milliseconds=20)
+"""After a pass woken early that found due work, the next waits at least this long: work
+due at scattered instants (a retry storm) costs at most one pass per this pause, not one
+per instant. Any other pass is never held back, so a cron occurrence on an otherwise
+quiet scheduler fires on time (also when the sleep ended a hair before it was due)."""
+
 FORGET_WORKERS_EVERY = timedelta(minutes=1)
 """How often (on the injected clock) a scheduler forgets silent workers: their rows go
 within a minute of passing ``worker_retention``, at the cost of one small delete a minute
@@ -42,6 +53,23 @@ class SchedulerPass:
     fired: int = 0
     purged: int = 0
     forgotten: int = 0
+    next_due: datetime | None = None
+    """The earliest due job or cron occurrence after the pass's instant, as read at its
+    end; ``None`` if none waits or the read failed."""
+
+
+def pause(
+    now: datetime, done: SchedulerPass, interval: timedelta, *, woken_early: bool
+) -> timedelta:
+    """How long to sleep at ``now`` (the injected clock's) after the pass ``done``:
+    until its next due time, at most ``interval``, never negative; at least
+    :data:`SHORTEST_PAUSE` when ``done`` was woken early (by a due time) and activated
+    or fired something."""
+    if done.next_due is None:
+        return interval
+    throttled = woken_early and (done.activated or done.fired)
+    floor = SHORTEST_PAUSE if throttled else timedelta(0)
+    return min(max(done.next_due - now, floor), interval)
 
 
 def activate_due(storage: JobStorage, now: datetime, batch: int) -> int:
@@ -138,13 +166,30 @@ class Scheduler:
             if self._clock_sync is not None:
                 self._clock_sync.sync_if_due()
             now = self._clock.now()
-            activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
+            # Cron first: a pass woken for an occurrence fires it before anything else.
             fired = self._step(
                 "recurring", lambda: fire_due_recurring(self._storage, self._clock, now, batch)
             )
+            activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
             purged = self._step("purge", lambda: self.purge(now))
             forgotten = self._step("worker registry", lambda: self.forget_workers(now))
-        return SchedulerPass(activated=activated, fired=fired, purged=purged, forgotten=forgotten)
+            next_due = self._next_due(now)
+        return SchedulerPass(
+            activated=activated,
+            fired=fired,
+            purged=purged,
+            forgotten=forgotten,
+            next_due=next_due,
+        )
+
+    def _next_due(self, now: datetime) -> datetime | None:
+        """The storage's next due time after ``now``; ``None`` (sleep a whole interval)
+        if the read fails."""
+        try:
+            return self._storage.next_due_time(now)
+        except Exception:
+            logger.exception("scheduler could not read the next due time; sleeping an interval")
+            return None
 
     def purge(self, now: datetime) -> int:
         """Delete jobs finished longer than ``retention`` before ``now`` (none if
@@ -178,15 +223,21 @@ class Scheduler:
         return last is not None and last <= now < last + FORGET_WORKERS_EVERY
 
     def run(self) -> None:
-        """A pass every ``scheduler_interval`` (real time) until :meth:`request_stop`."""
-        logger.info("scheduler started: a pass every %s", self._config.scheduler_interval)
-        interval = self._config.scheduler_interval.total_seconds()
+        """Passes until :meth:`request_stop`, each when the next job or cron occurrence
+        is due (see :func:`pause`) and at least every ``scheduler_interval``; the sleep
+        is measured on the injected clock and slept in real time."""
+        interval = self._config.scheduler_interval
+        logger.info("scheduler started: a pass when work is due, at least every %s", interval)
+        woken_early = False
         while not self._stop.is_set():
             try:
-                self.run_once()
+                done = self.run_once()
             except Exception:  # the hooks failed; the steps guard themselves
                 logger.exception("scheduler pass failed; the next pass retries")
-            self._stop.wait(interval)
+                done = SchedulerPass()
+            sleep = pause(self._clock.now(), done, interval, woken_early=woken_early)
+            woken_early = sleep < interval
+            self._stop.wait(sleep.total_seconds())
         logger.info("scheduler stopped")
 
     def request_stop(self) -> None:

@@ -1,4 +1,4 @@
-"""The threads handlers run on: a pool for every job, one event loop for async jobs.
+"""Where handlers run: a pool of threads for plain functions, one event loop for async ones.
 
 The pool takes claimed executions in batches into a local queue; its threads pull them
 one by one, so a thread that finishes a job starts the next queued one without a
@@ -14,6 +14,10 @@ The pool also decides how many jobs are worth claiming: one per free thread, plu
 returned (none while handlers are slow, so a slow queue never parks jobs here that
 another worker could start).
 
+Async jobs never hold a thread: they run as tasks on the loop, up to their own limit
+(:class:`CoroutinePool`), so a worker keeps hundreds of coroutines waiting on I/O at once
+whatever its thread count.
+
 Python cannot kill a thread. When the worker abandons a job that ignores its
 cancellation, its thread stops counting against the concurrency, so a replacement can
 start; the stuck thread exits once its handler finally returns. Threads are daemons,
@@ -23,11 +27,13 @@ so a handler that never returns cannot keep the process alive at exit.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from millrace_django.runtime.inflight import Execution
 
@@ -146,11 +152,14 @@ class JobPool:
         """Executions waiting for a thread (a snapshot, read without the lock)."""
         return len(self._queue)
 
-    def wait_for_room(self, batch: int, needed: int, timeout: float) -> None:
+    def wait_for_room(
+        self, batch: int, needed: int, timeout: float, elsewhere: Callable[[], int]
+    ) -> None:
         """Block until the claim loop may claim ``needed`` jobs (a thread freed, queued
-        ones started), :meth:`wake` is called, or ``timeout`` seconds pass."""
+        ones started, or ``elsewhere()`` has room for the rest), :meth:`wake` is called,
+        or ``timeout`` seconds pass."""
         with self._lock:
-            if self._demand(batch)[0] >= needed:
+            if self._demand(batch)[0] + elsewhere() >= needed:
                 return
             prefetch = self._load(batch)[2]
             self._room_needed = needed - prefetch
@@ -160,7 +169,8 @@ class JobPool:
                 self._room_needed = None
 
     def wake(self) -> None:
-        """End a :meth:`wait_for_room` now (a stop was requested)."""
+        """End a :meth:`wait_for_room` now (a stop was requested, or room appeared
+        elsewhere)."""
         with self._lock:
             self._room.notify_all()
 
@@ -351,6 +361,117 @@ def _step(median: float, sample: float) -> float:
     if sample < median:
         return median / PACE_STEP
     return median
+
+
+type RunAsync = Callable[[Execution], Coroutine[Any, Any, object]]
+"""Runs one async execution on the event loop."""
+
+SHARE_WEIGHT = 0.5
+"""Weight of the latest claim in the running share of async jobs among those claimed."""
+
+
+class CoroutinePool:
+    """Up to ``size`` async executions at once, as tasks on one event loop; the rest
+    wait here in order. A finished one makes room for the next at once, on the loop,
+    and calls ``on_room`` (thread-safe) so the claim loop can claim again."""
+
+    def __init__(
+        self, size: int, loop: asyncio.AbstractEventLoop, run: RunAsync, on_room: Callable[[], None]
+    ) -> None:
+        self.size = size
+        self._loop = loop
+        self._run = run
+        self._on_room = on_room
+        self._lock = threading.Lock()
+        self._queue: deque[Execution] = deque()
+        self._tasks: dict[Execution, asyncio.Task[object] | None] = {}
+        """Executions started and not abandoned (their task, once the loop made it)."""
+        self._share = 0.0
+        """Running share of async jobs among those claimed lately (see :meth:`spare`)."""
+        self._holding = False
+
+    def claimed(self, jobs: int, async_jobs: int) -> None:
+        """Note what one claim brought: ``async_jobs`` of ``jobs`` were async."""
+        if jobs:
+            with self._lock:
+                self._share += SHARE_WEIGHT * (async_jobs / jobs - self._share)
+
+    def spare(self) -> int:
+        """Jobs worth claiming for this pool beyond the threads' demand: its free slots,
+        in the share of async jobs claimed lately (none while they were all plain, so a
+        queue of plain functions never parks jobs here for a slot they cannot use)."""
+        with self._lock:
+            free = self.size - len(self._tasks) - len(self._queue)
+            return max(0, int(free * self._share))
+
+    def busy(self) -> bool:
+        """More than one execution runs or waits (a snapshot, read without the lock):
+        the caller's is not the last to finish."""
+        return len(self._tasks) + len(self._queue) > 1
+
+    def submit(self, executions: Iterable[Execution]) -> None:
+        """Queue async executions; start as many as there are free slots."""
+        with self._lock:
+            self._queue.extend(executions)
+            starting = self._take()
+        if starting:
+            self._loop.call_soon_threadsafe(self._spawn, starting)
+
+    def stop_starting(self) -> None:
+        """Start nothing more (a graceful stop lets the running ones finish)."""
+        with self._lock:
+            self._holding = True
+
+    def hold(self) -> list[Execution]:
+        """Start nothing more; return the executions still queued (never started)."""
+        with self._lock:
+            self._holding = True
+            held = list(self._queue)
+            self._queue.clear()
+            return held
+
+    def forget(self, execution: Execution) -> bool:
+        """An execution was abandoned while it ran: free its slot and cancel its task
+        (whatever it returns is discarded). ``False`` if it is not one of this pool's."""
+        with self._lock:
+            if execution not in self._tasks:
+                return False
+            task = self._tasks.pop(execution)
+            starting = self._take()
+        if task is not None:
+            self._loop.call_soon_threadsafe(task.cancel)
+        if starting:
+            self._loop.call_soon_threadsafe(self._spawn, starting)
+        self._on_room()
+        return True
+
+    def _take(self) -> list[Execution]:
+        """Move queued executions into free slots (lock held); the caller spawns them."""
+        starting: list[Execution] = []
+        while self._queue and len(self._tasks) < self.size and not self._holding:
+            execution = self._queue.popleft()
+            self._tasks[execution] = None
+            starting.append(execution)
+        return starting
+
+    def _spawn(self, executions: list[Execution]) -> None:
+        """Start a task for each execution (on the loop)."""
+        for execution in executions:
+            task = self._loop.create_task(self._run(execution))
+            with self._lock:
+                if execution in self._tasks:
+                    self._tasks[execution] = task
+                    task.add_done_callback(functools.partial(self._done, execution))
+                    continue
+            task.cancel()  # abandoned before its task existed
+
+    def _done(self, execution: Execution, _task: asyncio.Task[object]) -> None:
+        """A task ended (on the loop): its slot goes to the next queued execution."""
+        with self._lock:
+            self._tasks.pop(execution, None)
+            starting = self._take()
+        self._spawn(starting)
+        self._on_room()
 
 
 class LoopThread:

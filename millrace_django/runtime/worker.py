@@ -5,7 +5,9 @@ Threads (daemons, so a stuck job never keeps the process alive at exit):
 - the caller's thread runs the claim loop, :meth:`Worker.run`;
 - ``millrace-job-N``: the pool of ``concurrency`` threads running job functions
   (:class:`~millrace_django.runtime.threads.JobPool`);
-- ``millrace-asyncio``: one event loop that async job functions run on;
+- ``millrace-asyncio``: one event loop that async job functions run on, up to
+  ``async_concurrency`` at once, holding no thread while they wait
+  (:class:`~millrace_django.runtime.threads.CoroutinePool`);
 - ``millrace-maintenance``: heartbeats, timeouts and abandonment, looked at every tick;
 - ``millrace-acks``: writes finished attempts in batches;
 - ``millrace-wakeup``: turns the provider's notifications into wake-ups, if it has them.
@@ -34,21 +36,32 @@ from types import MappingProxyType
 
 from millrace_django.clock import Clock
 from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobStorage
-from millrace_django.engine import CancelReason, JobContext, UnknownQueue, outcomes
+from millrace_django.engine import CancelReason, JobContext, UnknownQueue, lookup, outcomes
 from millrace_django.ids import new_id
 from millrace_django.observability.logs import job_fields, log_attempt_end
 from millrace_django.observability.telemetry import watch_queue_depth
 from millrace_django.runtime.acks import Acknowledgement, Acknowledger
 from millrace_django.runtime.clock_sync import ClockSync
 from millrace_django.runtime.config import WorkerConfig, check_worker_config
-from millrace_django.runtime.execution import Outcome, cancellation_outcome, run_claimed
+from millrace_django.runtime.execution import (
+    Outcome,
+    cancellation_outcome,
+    run_claimed,
+    run_claimed_async,
+)
 from millrace_django.runtime.heartbeat import Heartbeat
 from millrace_django.runtime.hooks import Hooks
 from millrace_django.runtime.inflight import Execution, InFlight
 from millrace_django.runtime.polling import Backoff, Wakeup
 from millrace_django.runtime.registry import WorkerRegistration
 from millrace_django.runtime.shutdown import StopRequests
-from millrace_django.runtime.threads import JOIN_TIMEOUT, PREFETCH_BATCHES, JobPool, LoopThread
+from millrace_django.runtime.threads import (
+    JOIN_TIMEOUT,
+    PREFETCH_BATCHES,
+    CoroutinePool,
+    JobPool,
+    LoopThread,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +99,8 @@ class WorkerStats:
 
 
 class Worker:
-    """Claims from ``queues`` and runs up to ``concurrency`` jobs at once.
+    """Claims from ``queues`` and runs up to ``concurrency`` plain jobs (threads) and up
+    to ``config.async_concurrency`` async ones (coroutines on one event loop) at once.
 
     ``run()`` blocks until the worker has stopped; ``request_stop()`` (thread-safe,
     also what SIGTERM should call) asks it to: the first request stops claiming, lets
@@ -139,6 +153,9 @@ class Worker:
         self._start_lock = threading.Lock()
         self._pool = JobPool(self.concurrency, "millrace-job", self._execute)
         self._loop = LoopThread("millrace-asyncio")
+        self._coroutines = CoroutinePool(
+            config.async_concurrency, self._loop.loop, self._execute_async, self._pool.wake
+        )
         self._wakeup = Wakeup(storage, self.queues, "millrace-wakeup")
         self._heartbeat = Heartbeat(
             storage, clock, self._in_flight, worker_id=self.worker_id, lease=config.lease
@@ -191,6 +208,7 @@ class Worker:
             "graceful" if count == 1 else "immediate",
         )
         self._pool.stop_starting()
+        self._coroutines.stop_starting()
         self._wakeup.set()
         self._pool.wake()
         self._in_flight.notify()
@@ -270,7 +288,7 @@ class Worker:
     def _release_unstarted(self) -> None:
         """Give back, fenced and without spending budget, the prefetched jobs no thread
         started: another worker may run them at once."""
-        for execution in self._pool.hold():
+        for execution in [*self._pool.hold(), *self._coroutines.hold()]:
             if execution.settle_unstarted():
                 self._acks.submit(execution, outcomes.released(execution.job))
 
@@ -291,7 +309,8 @@ class Worker:
         pool, in_flight, stops = self._pool, self._in_flight, self._stops
         # Held jobs, running or waiting for their acknowledgement, beyond which claiming
         # pauses: acknowledgements that fall behind must not grow the claim without bound.
-        held_limit = self.concurrency + (PREFETCH_BATCHES + 2) * batch
+        held_limit = self.concurrency + self._coroutines.size + (PREFETCH_BATCHES + 2) * batch
+        coroutines = self._coroutines
         while not stops.requested:
             if in_flight.count() >= held_limit:
                 in_flight.wait_until(
@@ -299,11 +318,13 @@ class Worker:
                 )
                 continue
             want, queued, window = pool.demand(batch)
+            spare = coroutines.spare()
+            want, window = min(batch, want + spare), window + spare
             # Threads idle: claim whatever fits. Jobs still queued here: wait until a
             # claim can fetch a worthwhile share of the window, so claims stay batches.
             needed = 1 if queued == 0 else max(1, min(batch, window) // 2)
             if want < needed:
-                pool.wait_for_room(batch, needed, ceiling)
+                pool.wait_for_room(batch, needed, ceiling, coroutines.spare)
                 continue
             self._wakeup.clear()  # a hint arriving during the claim must not be lost
             claimed = self._claim(want)
@@ -364,24 +385,28 @@ class Worker:
             for execution in replaced:
                 execution.cancel(CancelReason.SUPERSEDED, now)
                 self._abandon(execution)
-        self._pool.submit(executions)
+        plain: list[Execution] = []
+        coroutines: list[Execution] = []
+        for execution in executions:
+            # Only a job already imported is known to be async; the first of its module
+            # runs on a thread (which waits for it on the loop).
+            definition = lookup(execution.job.invocation.target)
+            (coroutines if definition is not None and definition.is_async else plain).append(
+                execution
+            )
+        self._coroutines.claimed(len(executions), len(coroutines))
+        if coroutines:
+            self._coroutines.submit(coroutines)
+        if plain:
+            self._pool.submit(plain)
 
     # -- running --------------------------------------------------------------------------
 
     def _execute(self, execution: Execution) -> bool:
         """Run one job on a pool thread; ``False`` if it was abandoned meanwhile (its
         replacement thread took over, so this one retires)."""
-        if not execution.begin(self._clock):
+        if not self._begin(execution):
             return True  # settled before it started (superseded, or its cancel came first)
-        job = execution.job
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "job %s (%s) attempt %d started",
-                job.id,
-                job.invocation.target,
-                job.attempt,
-                extra=job_fields(job),
-            )
         outcome: Outcome | None = None
         try:
             with self._hooks.around_job():
@@ -393,11 +418,48 @@ class Worker:
                     loop=self._loop.loop,
                 )
         except Exception:
-            logger.exception(
-                "job %s: the worker failed around it; its lease will lapse and it will run again",
+            self._log_failed_around(execution)
+        return self._finish(execution, outcome)
+
+    async def _execute_async(self, execution: Execution) -> None:
+        """Run one async job as a task on the event loop (no thread, no ``around_job``:
+        the coroutine's own database work goes through ``sync_to_async`` threads)."""
+        if not self._begin(execution):
+            return
+        outcome: Outcome | None = None
+        try:
+            outcome = await run_claimed_async(
+                execution.job, execution.context, clock=self._clock, config=self._config
+            )
+        except Exception:
+            self._log_failed_around(execution)
+        self._finish(execution, outcome)
+
+    def _begin(self, execution: Execution) -> bool:
+        if not execution.begin(self._clock):
+            return False
+        if logger.isEnabledFor(logging.DEBUG):
+            job = execution.job
+            logger.debug(
+                "job %s (%s) attempt %d started",
                 job.id,
+                job.invocation.target,
+                job.attempt,
                 extra=job_fields(job),
             )
+        return True
+
+    def _log_failed_around(self, execution: Execution) -> None:
+        logger.exception(
+            "job %s: the worker failed around it; its lease will lapse and it will run again",
+            execution.job.id,
+            extra=job_fields(execution.job),
+        )
+
+    def _finish(self, execution: Execution, outcome: Outcome | None) -> bool:
+        """Write how the attempt ended; ``False`` if it was abandoned meanwhile (its
+        outcome is discarded)."""
+        job = execution.job
         if not execution.settle():
             logger.info(
                 "job %s attempt %d returned after it was abandoned; its outcome is discarded",
@@ -411,7 +473,7 @@ class Worker:
         self._acks.submit(
             execution,
             outcome.transition if outcome is not None else None,
-            linger=self._pool.queued() > 0,
+            linger=self._pool.queued() > 0 or self._coroutines.busy(),
         )
         return True
 
@@ -424,7 +486,8 @@ class Worker:
             return
         if not execution.settle():
             return
-        self._pool.replace_stuck()
+        if not self._coroutines.forget(execution):
+            self._pool.replace_stuck()
         self._count("abandoned")
         logger.warning(
             "job %s attempt %d still runs after its cancellation (%s); abandoning it, "

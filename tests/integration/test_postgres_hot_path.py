@@ -24,7 +24,7 @@ from django.db import DatabaseError, connections, transaction
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.support import claim, claim_new, make_job, race, succeed
-from millrace_django.contract import ClaimRequest, JobRecord, JobState
+from millrace_django.contract import ClaimRequest, Invocation, JobRecord, JobState
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
@@ -93,6 +93,30 @@ def test_a_large_batch_is_stored_in_batch_order_and_announced(
         claim_request("w1", ["bulk"], LARGE),
     )
     assert [job.id for job in claimed] == [job.id for job in batch[:-1]]
+
+
+def test_a_large_batch_keeps_text_that_copy_must_escape_exactly(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    awkward = "tab\there, line\nbreak, return\r, back\\slash \\N, quote\" and \u00fc\u20ac\U0001f600"
+    odd = make_job(
+        clock,
+        queue="odd\tqueue",
+        invocation=Invocation(
+            target="pkg.mod:fn", args=[awkward, ["\\"], 1.5, 10**20], kwargs={awkward: None}
+        ),
+        state=JobState.SCHEDULED,
+        due_at=clock.now() + timedelta(hours=1),
+        tenant_id="\\N",
+        last_error=awkward,
+        activity_node_id="\\",
+        result=awkward,
+        progress={awkward: [awkward]},
+    )
+    batch = [odd, *(make_job(clock) for _ in range(LARGE - 1))]
+    assert storage.enqueue(batch) == [job.id for job in batch]
+    assert storage.get_job(odd.id) == odd
+    assert storage.get_job(batch[1].id) == batch[1]
 
 
 def test_a_stored_id_in_a_large_batch_raises_and_stores_nothing(

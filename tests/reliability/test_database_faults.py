@@ -194,8 +194,8 @@ def assert_rode_it_out(rig: Rig, workers: list[ManagePy], since: float) -> None:
     assert all(worker.running() for worker in workers), rig.supervisor.logs()
     working = {event.pid for event in rig.ledger.events("finish") if event.monotonic > since}
     assert working == {worker.pid for worker in workers}
-    # A listener is read only while its worker idles: one that drained the backlog
-    # without pausing notices the lost session, and reconnects, once the backlog is gone.
+    # The listener retries with a growing pause (notify.LONGEST_RETRY_SECONDS at most),
+    # so its reconnection may come after the last job of the backlog succeeded.
     for worker in workers:
         try:
             worker.wait_for_log("wake-up listener reconnected", LISTENER_RECONNECT_SECONDS)

@@ -1,5 +1,6 @@
 """The cursor codec, the fake clock and the time-ordered ids."""
 
+import os
 from datetime import UTC, datetime, timedelta, timezone
 from uuid import UUID, uuid4
 
@@ -24,6 +25,8 @@ from millrace_django.errors import (
 from millrace_django.ids import new_id
 
 INSTANT = datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+RANDOM_BITS = (1 << 62) - 1
+"""The random tail of a UUIDv7 (below its variant bits)."""
 
 
 def test_a_job_cursor_round_trips_its_time_and_id() -> None:
@@ -91,6 +94,31 @@ def test_ids_minted_at_the_same_instant_are_strictly_increasing() -> None:
     ids = [new_id(clock) for _ in range(5000)]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_ids_carry_fresh_random_bits() -> None:
+    clock = FakeClock()
+    tails = {new_id(clock).int & RANDOM_BITS for _ in range(2000)}  # several OS reads
+    assert len(tails) == 2000
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_never_reuses_its_parents_random_bits() -> None:
+    clock = FakeClock()
+    new_id(clock)  # the parent now holds random bits it has not used yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id, and leave without running pytest's exit
+        os.write(write, new_id(clock).bytes)
+        os._exit(0)
+    os.close(write)
+    try:
+        child = UUID(bytes=os.read(read, 16))
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    parent = new_id(clock)
+    assert child.int & RANDOM_BITS != parent.int & RANDOM_BITS
 
 
 def test_ids_follow_the_clock_across_time() -> None:

@@ -27,6 +27,7 @@ def test_no_setting_at_all_gives_the_documented_defaults(settings: Any) -> None:
     assert parsed.heartbeat == timedelta(minutes=1)
     assert (parsed.poll_min, parsed.poll_max) == (timedelta(seconds=0.2), timedelta(seconds=5))
     assert parsed.claim_batch == 64
+    assert parsed.async_concurrency == 100
     assert parsed.interruption_limit == 10
     assert parsed.default_retry == Retry.exponential(5)
     assert parsed.worker_retention == timedelta(days=1)
@@ -73,6 +74,7 @@ def test_a_worker_retention_not_longer_than_the_lease_is_an_error_with_a_hint(
         ({"LEASES": 10}, "millrace.E002"),
         ({"CONCURRENCY": 0}, "millrace.E003"),
         ({"CONCURRENCY": "8"}, "millrace.E003"),
+        ({"ASYNC_CONCURRENCY": 0}, "millrace.E003"),
         ({"QUEUES": "default"}, "millrace.E003"),
         ({"QUEUES": []}, "millrace.E003"),
         ({"LEASE": -1}, "millrace.E003"),

@@ -28,7 +28,7 @@ from django.db.models import QuerySet
 from django.db.models.sql.subqueries import UpdateQuery
 
 from millrace_django.contract import JobState, JobTransition
-from millrace_django.models import Bookmark, Job, WorkflowInstance
+from millrace_django.models import Bookmark, Job, Recurring, WorkflowInstance
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries
 from millrace_django.storage.orm.transitions import moved
@@ -318,3 +318,26 @@ def test_throughput_is_one_grouped_read_over_a_finished_at_range(alias: str) -> 
     assert "[millrace_job].[finished_at] < %s" in sql
     assert "GROUP BY" in sql and "COUNT" in sql
     assert NOW in params
+
+
+def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks_instant(
+    alias: str,
+) -> None:
+    assert connections[alias].features.supports_partial_indexes  # the due index is filtered
+    jobs, recurring = Job.objects.using(alias), Recurring.objects.using(alias)
+    (jobs_sql, jobs_params), (recurring_sql, recurring_params) = (
+        compiled(head, alias)
+        for head in queries.due_heads(jobs, recurring, NOW, partial_indexes=True)
+    )
+
+    assert jobs_sql.startswith("SELECT TOP 1 [millrace_job].[due_at]")
+    assert "[millrace_job].[state] IN (%s, %s)" in jobs_sql  # the filtered index's condition
+    assert "[millrace_job].[due_at] > %s" in jobs_sql
+    assert order_by(jobs_sql) == "1 ASC"  # 1: the selected due_at
+    assert set(jobs_params) == {Code.SCHEDULED, Code.FAILED, NOW}
+    assert recurring_sql.startswith("SELECT TOP 1 [millrace_recurring].[next_fire_time]")
+    assert "[millrace_recurring].[next_fire_time] > %s" in recurring_sql
+    assert order_by(recurring_sql) == "1 ASC"  # 1: the selected next_fire_time
+    assert recurring_params == (NOW,)
+    for sql in (jobs_sql, recurring_sql):
+        assert "LOCK" not in sql and "READPAST" not in sql, "a plain read takes no locks"

@@ -19,6 +19,7 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.continuations import ContinuationFacts
     from millrace_django.conformance.jobs.fence import FenceFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+    from millrace_django.conformance.jobs.next_due import NextDueFacts
     from millrace_django.conformance.jobs.operations import (
         DeleteJobFacts,
         PausedQueueFacts,
@@ -39,6 +40,7 @@ def _compose() -> type:
         FenceFacts,
         ActivationFacts,
         RecurringFacts,
+        NextDueFacts,
         ResultFacts,
         ProgressFacts,
         PurgeFacts,

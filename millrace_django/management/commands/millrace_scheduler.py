@@ -20,9 +20,10 @@ from millrace_django.runtime import Scheduler
 
 class Command(BaseCommand):
     help = (
-        "Run the Millrace scheduler alone: every MILLRACE['SCHEDULER_INTERVAL'] it makes "
-        "due jobs claimable, fires due recurring jobs, purges jobs past "
-        "MILLRACE['RETENTION'] and forgets workers silent for MILLRACE['WORKER_RETENTION']. "
+        "Run the Millrace scheduler alone: as soon as work is due, and at least every "
+        "MILLRACE['SCHEDULER_INTERVAL'], it makes due jobs claimable, fires due recurring "
+        "jobs, purges jobs past MILLRACE['RETENTION'] and forgets workers silent for "
+        "MILLRACE['WORKER_RETENTION']. "
         "Safe to run on every node. SIGTERM or Ctrl-C stops it."
     )
 

@@ -411,6 +411,13 @@ class MemoryJobStore:
             due.sort(key=lambda r: (r.next_fire_time, r.id))
             return due[: max(limit, 0)]
 
+    def next_due_time(self, after: datetime) -> datetime | None:
+        with self._reading() as tables:
+            due_jobs = (tables.jobs[job_id].due_at for job_id in tables.due)
+            fire_times = (r.next_fire_time for r in tables.recurring.values())
+            later = [t for t in (*due_jobs, *fire_times) if t is not None and t > after]
+            return min(later, default=None)
+
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
     ) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from django.db import IntegrityError
+from django.db import IntegrityError, connections
 
 from millrace_django.contract import (
     LOG_LINE_CAP,
@@ -375,6 +375,19 @@ class OrmJobs:
             )
         )
         return [recurring_record(row) for row in rows]
+
+    def next_due_time(self, after: datetime) -> datetime | None:
+        def soonest() -> datetime | None:
+            heads = queries.due_heads(
+                self._ctx.jobs(),
+                self._ctx.recurring(),
+                after,
+                partial_indexes=connections[self._ctx.alias].features.supports_partial_indexes,
+            )
+            times = (time for head in heads for time in head if time is not None)
+            return min(times, default=None)
+
+        return self._ctx.tx.read(soonest)
 
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord

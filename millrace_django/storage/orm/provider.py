@@ -181,6 +181,9 @@ class DjangoStorage:
     ) -> bool:
         return self._jobs.try_fire_recurring(recurring_id, expected, next_fire_time, job)
 
+    def next_due_time(self, after: datetime) -> datetime | None:
+        return self._jobs.next_due_time(after)
+
     # -- Notifier ----------------------------------------------------------------------
 
     def listen(self, queues: Collection[str]) -> WakeupSubscription:

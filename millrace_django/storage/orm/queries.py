@@ -34,7 +34,7 @@ from django.db.models import (
 from django.db.models.functions import TruncMinute
 
 from millrace_django.contract import TERMINAL_JOB_STATES, JobState, JobTransition
-from millrace_django.models import Bookmark, Job, PausedQueue, job_codes
+from millrace_django.models import Bookmark, Job, PausedQueue, Recurring, job_codes
 from millrace_django.models import JobStateCode as Code
 
 if TYPE_CHECKING:
@@ -142,6 +142,30 @@ def due(jobs: QuerySet[Job], now: datetime, limit: int) -> QuerySet[Job, tuple[i
         .order_by("due_at", "seq")
         .values_list("seq", "queue")[:limit]
     )
+
+
+def due_heads(
+    jobs: QuerySet[Job], recurring: QuerySet[Recurring], after: datetime, *, partial_indexes: bool
+) -> list[QuerySet[Any, datetime | None]]:
+    """Queries of at most one time each, whose least is the next due time after
+    ``after``: the first ``due_at`` of the waiting jobs and the first ``next_fire_time``,
+    each the head of an index range. With ``partial_indexes`` one query covers both
+    waiting states, which are the due index's condition (filtering one state would walk
+    past every row of the other); without, the index leads with the state, so one query
+    per state (ordering an ``IN`` over both would make MariaDB sort every waiting row)."""
+    by_state = [_DUE] if partial_indexes else [[state] for state in _DUE]
+    heads: list[QuerySet[Any, datetime | None]] = [
+        jobs.filter(state__in=states, due_at__gt=after)
+        .order_by("due_at")
+        .values_list("due_at", flat=True)[:1]
+        for states in by_state
+    ]
+    heads.append(
+        recurring.filter(next_fire_time__gt=after)
+        .order_by("next_fire_time")
+        .values_list("next_fire_time", flat=True)[:1]
+    )
+    return heads
 
 
 def awaiting_children(

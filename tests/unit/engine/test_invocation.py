@@ -17,6 +17,7 @@ from millrace_django.engine import (
     InvalidJobArguments,
     InvalidStoredArguments,
     JobClient,
+    JobDefinition,
     UnresolvableTarget,
     UnserializableArgument,
     capture,
@@ -60,6 +61,49 @@ def test_nested_json_values_are_accepted_and_copied() -> None:
     invocation = capture(sample_jobs.send_confirmation, (payload,), {})
     payload["items"].append("later")
     assert invocation.args == ({"items": [1, 2.5, None, True, {"name": "x"}]},)
+
+
+@pytest.mark.parametrize(
+    ("job", "args", "kwargs"),
+    [
+        (sample_jobs.add, (1, 2), {}),
+        (sample_jobs.add, (1,), {"b": 2}),
+        (sample_jobs.add, (), {"b": 2, "a": 1}),
+        (sample_jobs.send_invoice, ("42",), {"copies": 2}),
+        (sample_jobs.send_invoice, (), {"copies": 2, "order_id": "42"}),
+        (sample_jobs.spread, (1, 2, 3), {"z": 1, "a": 2}),
+        (sample_jobs.spread, (), {"z": 1, "first": 0, "a": 2}),
+    ],
+)
+def test_every_call_is_stored_as_the_signature_binds_it(
+    job: JobDefinition[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    bound = job.signature.bind(*args, **kwargs)
+    for _ in range(2):  # the second capture takes the remembered call shape
+        invocation = capture(job, args, kwargs)
+        assert invocation.args == tuple(bound.args)
+        assert list(invocation.kwargs.items()) == list(bound.kwargs.items())
+
+
+def test_a_remembered_call_shape_still_checks_every_value() -> None:
+    capture(sample_jobs.spread, (1, [2]), {"when": {"a": [1.5]}})
+    with pytest.raises(UnserializableArgument, match=r"'\*rest\[0\]' is a tuple.*\(at \[0\]\)"):
+        capture(sample_jobs.spread, (1, [(2,)]), {"when": {"a": [1.5]}})
+    with pytest.raises(UnserializableArgument, match=r"'when' is a Color.*\(at \['a'\]\)"):
+        capture(sample_jobs.spread, (1, [2]), {"when": {"a": Color.RED}})
+    with pytest.raises(InvalidJobArguments, match="missing a required argument: 'b'"):
+        capture(sample_jobs.add, (1,), {})
+    with pytest.raises(InvalidJobArguments, match="missing a required argument: 'b'"):
+        capture(sample_jobs.add, (1,), {})
+
+
+def test_deeply_nested_values_are_copied_like_a_json_round_trip() -> None:
+    deep: Any = ["bottom", 10**30, -0.0]
+    for _ in range(50):
+        deep = {"next": [deep]}
+    invocation = capture(sample_jobs.send_confirmation, (deep,), {})
+    assert invocation.args == (deep,)
+    assert invocation.args[0] is not deep
 
 
 def test_arguments_that_do_not_fit_the_signature_raise_a_clear_type_error() -> None:

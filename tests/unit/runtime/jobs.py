@@ -123,3 +123,32 @@ async def async_double(n: int) -> dict[str, Any]:
 def again() -> None:
     """Enqueues itself forever."""
     again.enqueue()
+
+
+@job
+async def async_gate(name: str) -> str:
+    """Runs until the test opens ``name``'s gate, waiting on the loop (never blocking it)."""
+    board.record("async_started", name, threading.current_thread().name)
+    gate = board.event(name)
+    for _ in range(int(WAIT / 0.002)):
+        if gate.is_set():
+            break
+        await asyncio.sleep(0.002)
+    return name
+
+
+@job
+async def async_stubborn(name: str, context: JobContext) -> str:
+    """Notes its cancellation and ignores it; records it if the worker cancels its task."""
+    board.event(f"{name}:started").set()
+    noticed = False
+    try:
+        for _ in range(int(WAIT / 0.002)):
+            if context.cancelled.is_set() and not noticed:
+                noticed = True
+                board.record("async_stubborn", name, context.cancel_reason)
+            await asyncio.sleep(0.002)
+    except asyncio.CancelledError:
+        board.record("async_stubborn", name, "task cancelled", context.cancel_reason)
+        raise
+    return name

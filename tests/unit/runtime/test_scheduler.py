@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -20,9 +22,15 @@ from millrace_django.contract import (
     RecurringRecord,
 )
 from millrace_django.engine import JobClient, outcomes
-from millrace_django.runtime import RuntimeSettings, Scheduler, scheduler
+from millrace_django.engine.recurring import FAR_FUTURE
+from millrace_django.runtime import Hooks, RuntimeSettings, Scheduler, scheduler
 from millrace_django.runtime.registry import WorkerRegistration
-from millrace_django.runtime.scheduler import FORGET_WORKERS_EVERY
+from millrace_django.runtime.scheduler import (
+    FORGET_WORKERS_EVERY,
+    SHORTEST_PAUSE,
+    SchedulerPass,
+    pause,
+)
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.helpers import TIMEOUT, stored, wait_until
@@ -30,13 +38,17 @@ from tests.unit.runtime.helpers import TIMEOUT, stored, wait_until
 START = FakeClock.DEFAULT_START
 
 
-def fired_jobs(storage: MemoryStorage, recurring_id: str) -> list[JobState]:
+def fired_records(storage: MemoryStorage, recurring_id: str) -> list[JobRecord]:
     page = storage.query_jobs(JobQuery(limit=200))
     return [
-        job.state
+        job
         for job in (storage.get_job(summary.id) for summary in page.items)
         if job is not None and job.recurring_id == recurring_id
     ]
+
+
+def fired_jobs(storage: MemoryStorage, recurring_id: str) -> list[JobState]:
+    return [job.state for job in fired_records(storage, recurring_id)]
 
 
 def test_due_jobs_are_activated_in_several_batches_within_one_pass(
@@ -197,6 +209,129 @@ def test_a_failing_step_does_not_stop_the_others(
     clock.advance(timedelta(minutes=1))
     assert Scheduler(storage, clock, settings).run_once().fired == 1
     assert "activation step failed" in caplog.text
+
+
+# -- sleeping until the next due time ----------------------------------------------------
+
+SECOND = timedelta(seconds=1)
+MILLISECOND = timedelta(milliseconds=1)
+
+
+def test_a_pass_reads_the_next_due_job_or_occurrence_and_the_scheduler_sleeps_until_it(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    client.upsert_recurring("every-minute", jobs.record, cron="* * * * *", args=["tick"])
+    jobs.record.schedule("soon", delay=300 * MILLISECOND)
+    each_second = Scheduler(storage, clock, replace(settings, scheduler_interval=SECOND))
+
+    first = each_second.run_once()
+    assert first.next_due == START + 300 * MILLISECOND
+    assert pause(clock.now(), first, SECOND, woken_early=False) == 300 * MILLISECOND
+
+    clock.advance(300 * MILLISECOND)
+    woken = each_second.run_once()
+    assert (woken.activated, woken.next_due) == (1, START + timedelta(minutes=1))
+    assert pause(clock.now(), woken, SECOND, woken_early=True) == SECOND  # a minute away
+
+    clock.set(START + timedelta(minutes=1) - 100 * MILLISECOND)
+    before_the_minute = each_second.run_once()
+    assert pause(clock.now(), before_the_minute, SECOND, woken_early=False) == 100 * MILLISECOND
+    clock.set(START + timedelta(minutes=1))  # the sleep ends when the occurrence is due...
+    assert each_second.run_once().fired == 1  # ...and it fires at once, not an interval late
+    (fired,) = fired_records(storage, "every-minute")
+    assert fired.created_at == START + timedelta(minutes=1)
+
+
+def test_the_pause_is_until_the_next_due_time_within_the_interval_never_negative() -> None:
+    now = START
+    due_in = SchedulerPass(next_due=now + 250 * MILLISECOND)
+    assert pause(now, SchedulerPass(), SECOND, woken_early=False) == SECOND  # nothing waits
+    assert pause(now, SchedulerPass(next_due=FAR_FUTURE), SECOND, woken_early=False) == SECOND
+    assert pause(now, due_in, SECOND, woken_early=False) == 250 * MILLISECOND
+    assert pause(now + SECOND, due_in, SECOND, woken_early=False) == timedelta(0)  # overdue
+    assert pause(now, due_in, 100 * MILLISECOND, woken_early=False) == 100 * MILLISECOND
+
+
+def test_passes_woken_early_that_find_work_are_at_least_the_shortest_pause_apart() -> None:
+    now = START
+    soon = now + MILLISECOND
+    busy = SchedulerPass(activated=3, next_due=soon)
+    fired = SchedulerPass(fired=1, next_due=soon)
+    idle = SchedulerPass(next_due=soon)
+    assert pause(now, busy, SECOND, woken_early=True) == SHORTEST_PAUSE
+    assert pause(now, fired, SECOND, woken_early=True) == SHORTEST_PAUSE
+    assert pause(now, busy, SECOND, woken_early=False) == MILLISECOND  # after a full sleep
+    assert pause(now, idle, SECOND, woken_early=True) == MILLISECOND  # woke a hair too soon
+    assert SHORTEST_PAUSE < SECOND
+
+
+def test_work_due_at_or_before_the_pass_is_not_its_next_due_time_so_nothing_spins(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    storage.upsert_recurring(
+        RecurringRecord(
+            id="broken",
+            cron="every full moon",
+            queue="default",
+            invocation=Invocation(target=jobs.record.target, args=("moon",)),
+            next_fire_time=START,
+            created_at=START,
+            updated_at=START,
+        )
+    )
+    clock.advance(timedelta(minutes=1))
+    stuck = Scheduler(storage, clock, settings).run_once()  # the broken cron stays due
+    assert (stuck.fired, stuck.next_due) == (0, None)
+    assert pause(clock.now(), stuck, SECOND, woken_early=True) == SECOND
+
+
+def test_a_failed_read_of_the_next_due_time_is_logged_and_the_scheduler_sleeps_an_interval(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def unavailable(after: datetime) -> datetime | None:
+        raise ConnectionError("database went away")
+
+    monkeypatch.setattr(storage, "next_due_time", unavailable)
+    jobs.record.schedule("soon", delay=SECOND)
+    clock.advance(SECOND)
+    done = Scheduler(storage, clock, settings).run_once()
+    assert (done.activated, done.next_due) == (1, None)
+    assert "could not read the next due time" in caplog.text
+    assert pause(clock.now(), done, SECOND, woken_early=False) == SECOND
+
+
+def test_run_wakes_for_a_due_job_long_before_its_interval(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    passes = threading.Semaphore(0)
+
+    @contextmanager
+    def counted() -> Iterator[None]:
+        yield
+        passes.release()
+
+    job_id = jobs.record.schedule("soon", delay=10 * MILLISECOND)
+    hourly = Scheduler(
+        storage,
+        clock,
+        replace(settings, scheduler_interval=timedelta(hours=1)),
+        hooks=Hooks(around_turn=counted),
+    )
+    thread = threading.Thread(target=hourly.run)
+    thread.start()
+    try:
+        assert passes.acquire(timeout=TIMEOUT)  # the first pass, with nothing due yet
+        clock.advance(10 * MILLISECOND)
+        wait_until(lambda: stored(storage, job_id).state is JobState.ENQUEUED, "a due wake-up")
+    finally:
+        hourly.request_stop()
+        thread.join(TIMEOUT)
+    assert not thread.is_alive()
 
 
 # -- forgetting silent workers -----------------------------------------------------------
