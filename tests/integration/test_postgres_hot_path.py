@@ -98,7 +98,7 @@ def test_a_large_batch_is_stored_in_batch_order_and_announced(
 def test_a_large_batch_keeps_text_that_copy_must_escape_exactly(
     storage: DjangoStorage, clock: FakeClock
 ) -> None:
-    awkward = "tab\there, line\nbreak, return\r, back\\slash \\N, quote\" and \u00fc\u20ac\U0001f600"
+    awkward = 'tab\there, line\nbreak, return\r, back\\slash \\N, quote" and \u00fc\u20ac\U0001f600'
     odd = make_job(
         clock,
         queue="odd\tqueue",

@@ -1,0 +1,96 @@
+"""Async jobs run as coroutines on the worker's event loop, bounded by their own limit."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+from millrace_django.clock import FakeClock
+from millrace_django.contract import JobState
+from millrace_django.engine import CancelReason, JobClient, Retry
+from millrace_django.runtime import RuntimeSettings
+from millrace_django.storage.memory import MemoryStorage
+from tests.unit.runtime import jobs
+from tests.unit.runtime.conftest import StartWorker
+from tests.unit.runtime.helpers import started, stored, wait_for_state, wait_until
+from tests.unit.runtime.jobs import board
+
+
+def async_started() -> list[str]:
+    return [call[1] for call in board.calls if call[0] == "async_started"]
+
+
+def test_async_jobs_run_at_once_beyond_the_thread_count_and_hold_no_thread(
+    client: JobClient,
+    storage: MemoryStorage,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    names = [f"gate-{n}" for n in range(6)]
+    waiting = [jobs.async_gate.enqueue(name) for name in names]
+    start_worker(config=replace(settings, concurrency=1, async_concurrency=6))
+    # None can finish before its gate opens: all six run at once, on one thread.
+    wait_until(lambda: sorted(async_started()) == names, "every async job to start")
+    assert {call[2] for call in board.calls if call[0] == "async_started"} == {"millrace-asyncio"}
+    plain = jobs.record.enqueue("plain")  # the only job thread is still free
+    wait_for_state(storage, plain, JobState.SUCCEEDED)
+    for name in names:
+        board.event(name).set()
+    for job_id in waiting:
+        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == 1
+
+
+def test_async_concurrency_bounds_the_coroutines_and_the_rest_start_in_turn(
+    client: JobClient,
+    storage: MemoryStorage,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    names = [f"turn-{n}" for n in range(5)]
+    waiting = [jobs.async_gate.enqueue(name) for name in names]
+    start_worker(config=replace(settings, concurrency=4, async_concurrency=2))
+    wait_until(lambda: len(async_started()) == 2, "two async jobs to start")
+    time.sleep(0.1)  # time enough for a third to start, were it allowed
+    first = async_started()
+    assert len(first) == 2
+    for name in first:
+        board.event(name).set()
+    wait_until(lambda: len(async_started()) == 4, "the next two to take the slots")
+    for name in names:
+        board.event(name).set()
+    for job_id in waiting:
+        wait_for_state(storage, job_id, JobState.SUCCEEDED)
+
+
+def test_an_async_job_ignoring_its_cancellation_is_abandoned_its_task_cancelled(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    stuck = client.enqueue(
+        jobs.async_stubborn.using(timeout=timedelta(seconds=5), retry=Retry.none()), "stuck"
+    )
+    worker = start_worker(config=replace(settings, async_concurrency=1)).worker
+    started("stuck")
+    behind = jobs.async_gate.enqueue("behind")  # waits for the only async slot
+    time.sleep(0.05)
+    assert async_started() == []
+    clock.advance(timedelta(seconds=5))
+    wait_until(
+        lambda: ("async_stubborn", "stuck", CancelReason.TIMEOUT) in board.calls,
+        "the timeout to fire",
+    )
+    clock.advance(settings.shutdown_grace)
+    job = wait_for_state(storage, stuck, JobState.DEAD)
+    assert job.last_error == "Timed out after 5 seconds."
+    assert worker.stats.abandoned == 1
+    wait_until(
+        lambda: ("async_stubborn", "stuck", "task cancelled", CancelReason.TIMEOUT) in board.calls,
+        "the abandoned job's task to be cancelled",
+    )
+    board.event("behind").set()
+    wait_for_state(storage, behind, JobState.SUCCEEDED)  # the slot was freed
+    assert stored(storage, stuck).state is JobState.DEAD
