@@ -285,29 +285,18 @@ _JSON = JSONField()
 # transaction: three more round trips, paid once per batch.
 _INSERTED = [f for f in _FIELDS if not f.primary_key]
 _INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED)
-# COPY takes its columns in any order, and rows as lines of its text format, built here
-# (the driver's adaptation of each value costs more than a whole line): first the columns
-# every new job sets, then those a new job usually leaves NULL, which a record holds as
-# they are stored (one attrgetter reads them) but the last three (converted, as
-# rows.job_values says).
-_SET = [
-    "queue", "priority", "created_at", "attempt", "failures", "cancel_requested", "uuid",
-    "state", "target", "arguments", "retry",
-]  # fmt: skip
-_USUALLY_NULL = [
-    "timeout", "due_at", "worker_id", "lease_until", "idempotency_key", "tenant_id",
-    "parent_id", "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
+# COPY takes its columns in any order: those a record holds as they are stored first, as
+# one attrgetter reads them, then those converted (rows.job_values says how).
+_AS_STORED = [
+    "queue", "priority", "timeout", "created_at", "due_at", "worker_id", "lease_until",
+    "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
+    "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
     "workflow_instance_id", "activity_node_id",
 ]  # fmt: skip
-_CONVERTED_NULL = ["key_scope", "result", "progress"]
-assert sorted(_SET + _USUALLY_NULL + _CONVERTED_NULL) == sorted(f.attname for f in _INSERTED)
-_usually_null = attrgetter(*_USUALLY_NULL)
-_ALL_NULL = (None,) * (len(_USUALLY_NULL) + len(_CONVERTED_NULL))
-_NULLS = "\t".join(["\\N"] * len(_ALL_NULL))
-_COPY_COLUMNS = ", ".join(_q(name) for name in _SET + _USUALLY_NULL + _CONVERTED_NULL)
-_COPY = f"COPY {_JOBS} ({_COPY_COLUMNS}) FROM STDIN"
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
-_COPY_LINES_PER_WRITE = 1000
+_CONVERTED = ["uuid", "state", "target", "arguments", "retry", "key_scope", "result", "progress"]
+assert sorted(_AS_STORED + _CONVERTED) == sorted(f.attname for f in _INSERTED)
+_as_stored = attrgetter(*_AS_STORED)
+_COPY = f"COPY {_JOBS} ({', '.join(_q(name) for name in _AS_STORED + _CONVERTED)}) FROM STDIN"
 _INSERT_PLAIN = """
 WITH inserted AS (
     INSERT INTO {jobs} ({columns})
@@ -612,52 +601,25 @@ class PostgresHotPath:
         jobs: Sequence[JobRecord],
     ) -> None:
         queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
-        track_scope = ctx.track_scope
         with connection.cursor() as cursor:
             # First, so that it also carries the transaction's statement timeout.
             cursor.execute(_NOTIFY, [channel, queues])
             with connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
-                for start in range(0, len(jobs), _COPY_LINES_PER_WRITE):
-                    chunk = jobs[start : start + _COPY_LINES_PER_WRITE]
-                    copy.write("".join([_copy_line(job, track_scope) for job in chunk]))
+                for job in jobs:
+                    copy.write_row(_copy_row(job, ctx.track_scope))
 
 
-def _copy_line(job: JobRecord, track_scope: bool) -> str:
-    """``job``'s row as a line of COPY's text format, in ``_COPY``'s column order: what
-    :func:`job_values` stores."""
+def _copy_row(job: JobRecord, track_scope: bool) -> tuple[Any, ...]:
+    """``job``'s row in ``_COPY``'s column order: what :func:`job_values` stores."""
     invocation = job.invocation
-    usually_null = (
-        *_usually_null(job),
+    return (
+        *_as_stored(job),
+        job.id,
+        JOB_STATE_CODES[job.state],
+        invocation.target,
+        _encode_json(arguments_json(invocation)),
+        _retry_text(job.retry),
         active_scope(job) if track_scope else None,
         None if job.result is None else _encode_json(job.result),
         None if job.progress is None else _encode_json(job.progress),
     )
-    return (
-        f"{_copy_escaped(job.queue)}\t{job.priority}\t{job.created_at.isoformat()}\t"
-        f"{job.attempt}\t{job.failures}\t"
-        f"{'t' if job.cancel_requested else 'f'}\t{job.id}\t{JOB_STATE_CODES[job.state]}\t"
-        f"{_copy_escaped(invocation.target)}\t"
-        f"{_copy_escaped(_encode_json(arguments_json(invocation)))}\t"
-        f"{_copy_escaped(_retry_text(job.retry))}\t"
-        f"{_NULLS if usually_null == _ALL_NULL else _copy_fields(usually_null)}\n"
-    )
-
-
-def _copy_fields(values: Sequence[object]) -> str:
-    """Values as tab-separated COPY text fields (``None`` is ``\\N``)."""
-    return "\t".join(
-        "\\N"
-        if value is None
-        else _copy_escaped(value)
-        if type(value) is str
-        else _copy_escaped(str(_json_value(value)))
-        for value in values
-    )
-
-
-def _copy_escaped(text: str) -> str:
-    """``text`` as a COPY text field: backslash escapes for what would end it."""
-    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
-        return text.translate(_COPY_ESCAPES)
-    return text
-
