@@ -81,15 +81,38 @@ type Run = Callable[[Execution], bool]
 while it ran (its thread no longer counts, and retires when the handler returns)."""
 
 
-class JobPool:
+class _Backlog:
+    """Executions waiting, in claim order, for a slot to run in; a stop freezes them and
+    takes them back (never started, so they can be released)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[Execution] = deque()
+        self._holding = False
+
+    def stop_starting(self) -> None:
+        """Start nothing more: a graceful stop lets running jobs finish, never a job
+        claimed or queued after the stop was asked for."""
+        with self._lock:
+            self._holding = True
+
+    def hold(self) -> list[Execution]:
+        """Start nothing more; return the executions still queued (never started)."""
+        with self._lock:
+            self._holding = True
+            held = list(self._queue)
+            self._queue.clear()
+            return held
+
+
+class JobPool(_Backlog):
     """Up to ``size`` daemon threads running executions from a local queue, in order."""
 
     def __init__(self, size: int, name: str, run: Run) -> None:
+        super().__init__()
         self.size = size
         self._name = name
         self._run = run
-        self._queue: deque[Execution] = deque()
-        self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         """Idle threads wait here for executions."""
         self._room = threading.Condition(self._lock)
@@ -122,7 +145,6 @@ class JobPool:
         wait on I/O). More threads than that only contend for the interpreter lock."""
         self._taken = 0
         """Executions taken from the queue so far (the watch's progress mark)."""
-        self._holding = False
         self._closing = False
         self._numbered = 0
 
@@ -173,20 +195,6 @@ class JobPool:
         elsewhere)."""
         with self._lock:
             self._room.notify_all()
-
-    def stop_starting(self) -> None:
-        """Start nothing more: a graceful stop lets running jobs finish, never a job
-        claimed or queued after the stop was asked for."""
-        with self._lock:
-            self._holding = True
-
-    def hold(self) -> list[Execution]:
-        """Start nothing more; return the executions still queued (never started)."""
-        with self._lock:
-            self._holding = True
-            held = list(self._queue)
-            self._queue.clear()
-            return held
 
     def replace_stuck(self) -> None:
         """An execution was abandoned while it ran: its thread no longer counts (it
@@ -370,7 +378,7 @@ SHARE_WEIGHT = 0.5
 """Weight of the latest claim in the running share of async jobs among those claimed."""
 
 
-class CoroutinePool:
+class CoroutinePool(_Backlog):
     """Up to ``size`` async executions at once, as tasks on one event loop; the rest
     wait here in order. A finished one makes room for the next at once, on the loop,
     and calls ``on_room`` (thread-safe) so the claim loop can claim again."""
@@ -378,17 +386,15 @@ class CoroutinePool:
     def __init__(
         self, size: int, loop: asyncio.AbstractEventLoop, run: RunAsync, on_room: Callable[[], None]
     ) -> None:
+        super().__init__()
         self.size = size
         self._loop = loop
         self._run = run
         self._on_room = on_room
-        self._lock = threading.Lock()
-        self._queue: deque[Execution] = deque()
         self._tasks: dict[Execution, asyncio.Task[object] | None] = {}
         """Executions started and not abandoned (their task, once the loop made it)."""
         self._share = 0.0
         """Running share of async jobs among those claimed lately (see :meth:`spare`)."""
-        self._holding = False
 
     def claimed(self, jobs: int, async_jobs: int) -> None:
         """Note what one claim brought: ``async_jobs`` of ``jobs`` were async."""
@@ -416,19 +422,6 @@ class CoroutinePool:
             starting = self._take()
         if starting:
             self._loop.call_soon_threadsafe(self._spawn, starting)
-
-    def stop_starting(self) -> None:
-        """Start nothing more (a graceful stop lets the running ones finish)."""
-        with self._lock:
-            self._holding = True
-
-    def hold(self) -> list[Execution]:
-        """Start nothing more; return the executions still queued (never started)."""
-        with self._lock:
-            self._holding = True
-            held = list(self._queue)
-            self._queue.clear()
-            return held
 
     def forget(self, execution: Execution) -> bool:
         """An execution was abandoned while it ran: free its slot and cancel its task
