@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from importlib.metadata import version
 from typing import Any
 
@@ -49,13 +48,9 @@ def noop() -> None:
 
 
 @job
-def sleep_job() -> None:
-    time.sleep(harness.SLEEP_SECONDS)
-
-
-@job
-async def async_sleep_job() -> None:
-    """The 10 ms job as a coroutine: the worker's event loop runs many at once."""
+async def sleep_job() -> None:
+    """The 10 ms job as a coroutine, as pgqueuer's (which runs nothing else): the worker's
+    event loop runs many at once, under ``ASYNC_CONCURRENCY``."""
     await asyncio.sleep(harness.SLEEP_SECONDS)
 
 
@@ -69,12 +64,7 @@ def tick() -> None:
     harness.stamp(harness.CRON_TOKEN)
 
 
-JOBS = {
-    "default": {"noop": noop, "sleep": sleep_job},
-    "best": {"noop": noop, "sleep": async_sleep_job},
-}
-"""The job of each kind, by configuration: the best sleeps in a coroutine, as
-pgqueuer's and procrastinate's best do (a no-op runs fastest as a plain function)."""
+JOBS = {"noop": noop, "sleep": sleep_job}
 
 
 def sql(statement: str, params: Any = None) -> list[tuple[Any, ...]]:
@@ -87,14 +77,10 @@ class Millrace:
     name = "millrace"
     configs = {
         "default": "MILLRACE defaults: CLAIM_BATCH 64, CONCURRENCY max(8, 2 x CPUs) threads, "
-        "ASYNC_CONCURRENCY 100; sync job functions",
-        "best": "CLAIM_BATCH 200, CONCURRENCY 200, ASYNC_CONCURRENCY 1000; the 10 ms job "
-        "is async def (no-op: a plain function)",
+        "ASYNC_CONCURRENCY 100; the 10 ms job is async def, the no-op a plain function",
+        "best": "CLAIM_BATCH 200, CONCURRENCY 200, ASYNC_CONCURRENCY 1000; jobs as by default",
     }
     recurring_configs = ("default", "best")
-
-    def __init__(self) -> None:
-        self.config = "default"
 
     def versions(self) -> dict[str, str]:
         return {"millrace-django": version("millrace-django"), "django": django.get_version()}
@@ -124,7 +110,7 @@ class Millrace:
     def enqueue_backlog(self, kind: str, count: int) -> None:
         with jobs.batch() as b:
             for _ in range(count):
-                b.enqueue(JOBS[self.config][kind])
+                b.enqueue(JOBS[kind])
 
     def enqueue_stamp(self, token: str) -> None:
         stamp.enqueue(token)
@@ -138,7 +124,6 @@ class Millrace:
         sql("DELETE FROM millrace_job WHERE state = %s", [enqueued])
 
     def worker_commands(self, config: str, processes: int) -> list[list[str]]:
-        self.config = config
         os.environ["PEER_MILLRACE"] = json.dumps(SETTINGS[config])
         return [[sys.executable, "-m", "django", "millrace_worker", "--processes", str(processes)]]
 

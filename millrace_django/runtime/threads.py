@@ -175,13 +175,14 @@ class JobPool(_Backlog):
         return len(self._queue)
 
     def wait_for_room(
-        self, batch: int, needed: int, timeout: float, elsewhere: Callable[[], int]
+        self, batch: int, needed: int, timeout: float, overall: Callable[[int], int]
     ) -> None:
-        """Block until the claim loop may claim ``needed`` jobs (a thread freed, queued
-        ones started, or ``elsewhere()`` has room for the rest), :meth:`wake` is called,
-        or ``timeout`` seconds pass."""
+        """Block until the claim loop may claim ``needed`` jobs (``overall`` turns what
+        the threads want into what every pool wants: a thread freed, queued ones
+        started, or room elsewhere), :meth:`wake` is called, or ``timeout`` seconds
+        pass."""
         with self._lock:
-            if self._demand(batch)[0] + elsewhere() >= needed:
+            if overall(self._demand(batch)[0]) >= needed:
                 return
             prefetch = self._load(batch)[2]
             self._room_needed = needed - prefetch
@@ -394,7 +395,7 @@ class CoroutinePool(_Backlog):
         self._tasks: dict[Execution, asyncio.Task[object] | None] = {}
         """Executions started and not abandoned (their task, once the loop made it)."""
         self._share = 0.0
-        """Running share of async jobs among those claimed lately (see :meth:`spare`)."""
+        """Running share of async jobs among those claimed lately (see :meth:`demand`)."""
 
     def claimed(self, jobs: int, async_jobs: int) -> None:
         """Note what one claim brought: ``async_jobs`` of ``jobs`` were async."""
@@ -402,13 +403,17 @@ class CoroutinePool(_Backlog):
             with self._lock:
                 self._share += SHARE_WEIGHT * (async_jobs / jobs - self._share)
 
-    def spare(self) -> int:
-        """Jobs worth claiming for this pool beyond the threads' demand: its free slots,
-        in the share of async jobs claimed lately (none while they were all plain, so a
-        queue of plain functions never parks jobs here for a slot they cannot use)."""
+    def demand(self, threads_want: int, batch: int) -> tuple[int, int]:
+        """``(want, queued)``: jobs worth claiming now for both pools, given what the
+        threads want, each pool weighted by the share of its kind among the jobs claimed
+        lately (so a run of async jobs does not claim for idle threads, nor a queue of
+        plain functions park jobs here for a slot they cannot use); this pool can hold
+        its free slots plus one batch waiting. ``queued``: how many wait here."""
         with self._lock:
-            free = self.size - len(self._tasks) - len(self._queue)
-            return max(0, int(free * self._share))
+            queued = len(self._queue)
+            free = max(0, self.size + batch - len(self._tasks) - queued)
+            share = self._share
+        return int(threads_want * (1 - share) + free * share), queued
 
     def busy(self) -> bool:
         """More than one execution runs or waits (a snapshot, read without the lock):

@@ -311,6 +311,10 @@ class Worker:
         # pauses: acknowledgements that fall behind must not grow the claim without bound.
         held_limit = self.concurrency + self._coroutines.size + (PREFETCH_BATCHES + 2) * batch
         coroutines = self._coroutines
+
+        def overall(threads_want: int) -> int:
+            return coroutines.demand(threads_want, batch)[0]
+
         while not stops.requested:
             if in_flight.count() >= held_limit:
                 in_flight.wait_until(
@@ -318,13 +322,17 @@ class Worker:
                 )
                 continue
             want, queued, window = pool.demand(batch)
-            spare = coroutines.spare()
-            want, window = min(batch, want + spare), window + spare
-            # Threads idle: claim whatever fits. Jobs still queued here: wait until a
-            # claim can fetch a worthwhile share of the window, so claims stay batches.
-            needed = 1 if queued == 0 else max(1, min(batch, window) // 2)
+            want, waiting = coroutines.demand(want, batch)
+            want = min(batch, want)
+            # Nothing waits for a slot: claim whatever fits. Jobs still waiting: wait
+            # until a claim can fetch a worthwhile share, so claims stay batches.
+            needed = 1
+            if queued:
+                needed = max(1, min(batch, window) // 2)
+            elif waiting:
+                needed = max(1, batch // 2)
             if want < needed:
-                pool.wait_for_room(batch, needed, ceiling, coroutines.spare)
+                pool.wait_for_room(batch, needed, ceiling, overall)
                 continue
             self._wakeup.clear()  # a hint arriving during the claim must not be lost
             claimed = self._claim(want)

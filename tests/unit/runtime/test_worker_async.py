@@ -94,3 +94,26 @@ def test_an_async_job_ignoring_its_cancellation_is_abandoned_its_task_cancelled(
     board.event("behind").set()
     wait_for_state(storage, behind, JobState.SUCCEEDED)  # the slot was freed
     assert stored(storage, stuck).state is JobState.DEAD
+
+
+def test_a_run_of_async_jobs_is_claimed_for_the_coroutine_slots_not_for_idle_threads(
+    client: JobClient,
+    storage: MemoryStorage,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    # Leased jobs beyond what the worker can start soon are jobs another worker could run.
+    names = [f"run-{n}" for n in range(40)]
+    waiting = [jobs.async_gate.enqueue(name) for name in names]
+    config = replace(settings, concurrency=8, async_concurrency=4, claim_batch=4)
+    start_worker(config=config)
+    wait_until(lambda: len(async_started()) == 4, "the four async slots to fill")
+    time.sleep(0.1)  # time enough for the claim loop to claim more, were it allowed
+    leased = [job_id for job_id in waiting if stored(storage, job_id).state is JobState.PROCESSING]
+    # The slots, one batch waiting for them, and what the first claim (before any job was
+    # known to be async) fetched for the threads: not the backlog.
+    assert len(leased) <= config.async_concurrency + 2 * config.claim_batch, len(leased)
+    for name in names:
+        board.event(name).set()
+    for job_id in waiting:
+        wait_for_state(storage, job_id, JobState.SUCCEEDED)
