@@ -72,6 +72,11 @@ def job_codes(states: frozenset[JobState] | set[JobState]) -> list[int]:
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
+_LISTED_BY_STATE = job_codes(set(JobState) - {JobState.PROCESSING, JobState.SUCCEEDED})
+"""States the job list finds through an index of their own. A claim (to processing) and
+a success (to succeeded), the two writes every job makes, then add no entry to it: the
+list finds processing jobs through ``millrace_job_leased`` (few rows) and succeeded ones
+through ``millrace_job_monitor`` (most rows)."""
 
 
 class Job(models.Model):
@@ -152,8 +157,11 @@ class Job(models.Model):
                 lead=[],
             ),
             models.Index(name="millrace_job_monitor", fields=["-created_at", "-uuid"]),
-            models.Index(
-                name="millrace_job_monitor_state", fields=["state", "-created_at", "-uuid"]
+            PartialIndex(
+                name="millrace_job_monitor_state",
+                fields=["state", "-created_at", "-uuid"],
+                condition=Q(state__in=_LISTED_BY_STATE),
+                lead=[],
             ),
         ]
         constraints = [ActiveKeyConstraint(name="millrace_job_active_key", active_states=_ACTIVE)]
