@@ -19,14 +19,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 from operator import attrgetter
-from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
-from django.db.models import JSONField
 
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
@@ -50,9 +48,9 @@ from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath
 from millrace_django.storage.orm.rows import (
+    JobRowReader,
     active_scope,
     arguments_json,
-    job_record_of,
     job_values,
     retry_json,
 )
@@ -77,9 +75,10 @@ _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
 assert all(f.attname == f.column for f in _FIELDS), "a Job column was renamed"
 _NAMES = [f.attname for f in _FIELDS]
-_RETURNED = ", ".join(f"j.{_q(name)}" for name in _NAMES)
-_RETURNED_JSON = [(i, f.attname) for i, f in enumerate(_FIELDS) if isinstance(f, JSONField)]
-_RETRY_AT = _NAMES.index("retry")
+_KNOWN_AFTER_CLAIM = {"state", "worker_id", "lease_until", "finished_at", "result", "key_scope"}
+"""Columns a claim sets (or, the job being active, knows to be NULL): not read back."""
+_CLAIMED_NAMES = [name for name in _NAMES if name not in _KNOWN_AFTER_CLAIM]
+_RETURNED = ", ".join(f"j.{_q(name)}" for name in _CLAIMED_NAMES)
 
 
 # -- prepared statements ---------------------------------------------------------------
@@ -198,20 +197,7 @@ _CLAIM_QUEUES = _Statement(
 )
 
 
-def _record(row: tuple[Any, ...]) -> JobRecord:
-    """The record of a row of ``_RETURNED`` (jsonb arrives as text, as Django has it)."""
-    values = dict(zip(_NAMES, row, strict=True))
-    for i, name in _RETURNED_JSON:
-        if row[i] is not None:
-            values[name] = _stored_retry(row[i]) if i == _RETRY_AT else json.loads(row[i])
-    return job_record_of(values)
-
-
-@lru_cache(maxsize=64)
-def _stored_retry(text: str) -> Mapping[str, Any]:
-    """A stored retry policy, decoded once per distinct text (most jobs share a few
-    policies; the mapping is only read)."""
-    return MappingProxyType(json.loads(text))
+_CLAIMED = JobRowReader(_CLAIMED_NAMES)
 
 
 # -- acknowledgement -------------------------------------------------------------------
@@ -270,7 +256,6 @@ UNION ALL SELECT NULL FROM notified
 """,
     {**_COMPLETE_PARAMETERS, "channel": "text"},
 )
-_JSON = JSONField()
 
 
 # -- enqueue ---------------------------------------------------------------------------
@@ -502,7 +487,11 @@ class PostgresHotPath:
         with connection.cursor() as cursor:
             self._run(connection, cursor, statement, params)
             rows = cursor.fetchall()
-        return [_record(row) for row in rows]
+        read, until = _CLAIMED.read, params["until"]
+        known = {"state": JobState.PROCESSING, "worker_id": request.worker_id}
+        return [
+            read(row, lease_until=until, finished_at=None, result=None, **known) for row in rows
+        ]
 
     # -- acknowledgement ----------------------------------------------------------------
 

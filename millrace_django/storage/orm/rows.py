@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from millrace_django.contract import (
@@ -152,39 +153,64 @@ def job_record(row: Job, **changes: Any) -> JobRecord:
     return job_record_of({name: getattr(row, name) for name in _JOB_FIELDS}, **changes)
 
 
+_AS_STORED = (
+    "queue", "priority", "timeout", "created_at", "due_at", "worker_id", "lease_until",
+    "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
+    "requeued_from", "trace_parent", "recurring_id", "last_error", "result", "progress",
+    "finished_at", "workflow_instance_id", "activity_node_id",
+)  # fmt: skip
+"""Record fields stored as they are, each in the column of its name (the others: ``id``
+in ``uuid``, ``invocation`` in ``target`` and ``arguments``, and ``state`` and
+``retry`` encoded)."""
+
+
 def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:
     """The record of a row given as its column values keyed by field name (JSON
     decoded), with ``changes`` applied on top."""
-    record: dict[str, Any] = {
-        "id": values["uuid"],
-        "queue": values["queue"],
-        "invocation": invocation_of(values["target"], values["arguments"]),
-        "state": JOB_STATES[values["state"]],
-        "created_at": values["created_at"],
-        "priority": values["priority"],
-        "due_at": values["due_at"],
-        "worker_id": values["worker_id"],
-        "lease_until": values["lease_until"],
-        "attempt": values["attempt"],
-        "failures": values["failures"],
-        "cancel_requested": values["cancel_requested"],
-        "retry": retry_of(values["retry"]),
-        "timeout": values["timeout"],
-        "idempotency_key": values["idempotency_key"],
-        "tenant_id": values["tenant_id"],
-        "parent_id": values["parent_id"],
-        "requeued_from": values["requeued_from"],
-        "trace_parent": values["trace_parent"],
-        "recurring_id": values["recurring_id"],
-        "last_error": values["last_error"],
-        "result": values["result"],
-        "progress": values["progress"],
-        "finished_at": values["finished_at"],
-        "workflow_instance_id": values["workflow_instance_id"],
-        "activity_node_id": values["activity_node_id"],
-    }
+    record = {name: values[name] for name in _AS_STORED}
+    record.update(
+        id=values["uuid"],
+        invocation=invocation_of(values["target"], values["arguments"]),
+        state=JOB_STATES[values["state"]],
+        retry=retry_of(values["retry"]),
+    )
     record.update(changes)
     return JobRecord(**record)
+
+
+class JobRowReader:
+    """Records from rows of ``columns`` (a statement's output, JSON still text), built
+    straight from the tuples a cursor returns, for the claim, which reads every job a
+    worker runs. Columns left out of the statement are given to :meth:`read` (what a
+    claim knows without reading it back: its lease, say)."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self._stored = tuple(name for name in _AS_STORED if name in columns)
+        self._get_stored = itemgetter(*(columns.index(name) for name in self._stored))
+        self._json = tuple(name for name in ("result", "progress") if name in columns)
+        self._state = columns.index("state") if "state" in columns else None
+        self._id, self._target, self._arguments, self._retry = (
+            columns.index(name) for name in ("uuid", "target", "arguments", "retry")
+        )
+
+    def read(self, row: Sequence[Any], **known: Any) -> JobRecord:
+        record = dict(zip(self._stored, self._get_stored(row), strict=True))
+        for name in self._json:
+            if record[name] is not None:
+                record[name] = json.loads(record[name])
+        record["id"] = row[self._id]
+        record["invocation"] = invocation_of(row[self._target], json.loads(row[self._arguments]))
+        if self._state is not None:
+            record["state"] = JOB_STATES[row[self._state]]
+        record["retry"] = _retry_from_text(row[self._retry])
+        record.update(known)
+        return JobRecord(**record)
+
+
+@lru_cache(maxsize=64)
+def _retry_from_text(text: str) -> RetrySpec:
+    """A stored retry policy, read once per distinct text (most jobs share a few)."""
+    return retry_of(json.loads(text))
 
 
 def recurring_fields(record: RecurringRecord) -> dict[str, Any]:
