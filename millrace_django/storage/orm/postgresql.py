@@ -481,7 +481,7 @@ class PostgresHotPath:
             (params["queue"],) = request.queues
             statement = _CLAIM_ONE_QUEUE
         else:
-            params["queues"] = sorted(request.queues)
+            params["queues"] = _quoted_array(sorted(request.queues))
             statement = _CLAIM_QUEUES
         connection = connections[ctx.alias]
         with connection.cursor() as cursor:
@@ -502,8 +502,8 @@ class PostgresHotPath:
             return OrmHotPath().complete(ctx, transitions)
         now = ctx.clock.now()
         connection = connections[ctx.alias]
-        # Array literals built here: the driver's per-element list adaptation costs
-        # several times more, on the thread that acknowledges every job.
+        # Array literals built here (as for every array parameter of this module): the
+        # driver's per-element list adaptation costs several times more.
         params: dict[str, Any] = {
             "ids": _plain_array([t.job_id for t in transitions]),
             "workers": _quoted_array([t.expected_worker_id for t in transitions]),
@@ -570,7 +570,11 @@ class PostgresHotPath:
             for n, row in enumerate(rows):
                 row["n"] = n
         statement = _insert_statement(connection, keyed=keyed, scoped=ctx.track_scope)
-        params = {"rows": _encode_rows(rows), "channel": channel, "queues": sorted(queues)}
+        params = {
+            "rows": _encode_rows(rows),
+            "channel": channel,
+            "queues": _quoted_array(sorted(queues)),
+        }
         with connection.cursor() as cursor:
             self._run(connection, cursor, statement, params)
             answers = cursor.fetchall() if keyed else []
@@ -592,7 +596,7 @@ class PostgresHotPath:
         queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
         with connection.cursor() as cursor:
             # First, so that it also carries the transaction's statement timeout.
-            cursor.execute(_NOTIFY, [channel, queues])
+            cursor.execute(_NOTIFY, [channel, _quoted_array(queues)])
             with connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
                 for job in jobs:
                     copy.write_row(_copy_row(job, ctx.track_scope))
