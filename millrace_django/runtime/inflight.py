@@ -153,6 +153,12 @@ class InFlight:
         """Stop holding ``execution`` (unless a newer attempt already took over)."""
         self.remove_all((execution,))
 
+    def holds(self, execution: Execution) -> bool:
+        """Whether ``execution`` is still held (not written, nor taken over by a newer
+        attempt)."""
+        with self._changed:
+            return self._executions.get(execution.job.id.int) is execution
+
     def all(self) -> list[Execution]:
         with self._changed:
             return list(self._executions.values())

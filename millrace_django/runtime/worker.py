@@ -16,7 +16,9 @@ The three stages overlap: a job's thread is free again as soon as its handler re
 (its lease is still renewed until its transition is written), so claiming never waits
 for an acknowledgement, and the acknowledger writes one batch while the next is claimed
 and run. When recent handlers were quick, the loop claims a full batch ahead of free
-threads (a bounded prefetch, released at shutdown if never started).
+threads (a bounded prefetch, released at shutdown if never started). A job one
+interruption away from a poison-pill verdict runs alone
+(:mod:`~millrace_django.runtime.quarantine`).
 
 The worker holds no state that matters across a crash: every guarantee comes from the
 storage (the claim, the lease, the fence on each write).
@@ -29,7 +31,7 @@ import os
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -53,6 +55,7 @@ from millrace_django.runtime.heartbeat import Heartbeat
 from millrace_django.runtime.hooks import Hooks
 from millrace_django.runtime.inflight import Execution, InFlight
 from millrace_django.runtime.polling import Backoff, Wakeup
+from millrace_django.runtime.quarantine import Quarantine
 from millrace_django.runtime.registry import WorkerRegistration
 from millrace_django.runtime.shutdown import StopRequests
 from millrace_django.runtime.threads import (
@@ -147,6 +150,7 @@ class Worker:
         self._clock_sync = clock_sync
         self._stops = StopRequests()
         self._in_flight = InFlight()
+        self._quarantine = Quarantine(self._in_flight, config.interruption_limit)
         self._tally: Counter[str | JobState] = Counter()
         self._tally_lock = threading.Lock()
         self._started = False
@@ -286,9 +290,16 @@ class Worker:
         logger.info("worker %s stopped", self.worker_id)
 
     def _release_unstarted(self) -> None:
-        """Give back, fenced and without spending budget, the prefetched jobs no thread
+        """Give back the prefetched jobs no thread started, and the last-chance jobs
+        still waiting for their turn."""
+        self._release(
+            [*self._pool.hold(), *self._coroutines.hold(), *self._quarantine.take_waiting()]
+        )
+
+    def _release(self, executions: Iterable[Execution]) -> None:
+        """Give back, fenced and without spending budget, executions that have not
         started: another worker may run them at once."""
-        for execution in [*self._pool.hold(), *self._coroutines.hold()]:
+        for execution in executions:
             if execution.settle_unstarted():
                 self._acks.submit(execution, outcomes.released(execution.job))
 
@@ -316,6 +327,12 @@ class Worker:
             return coroutines.demand(threads_want, batch)[0]
 
         while not stops.requested:
+            if self._quarantine.active:
+                # A last-chance job waits or runs alone: claim nothing meanwhile.
+                turn = self._quarantine.step(ceiling, stops)
+                if turn is not None:
+                    self._submit([turn])  # held by its pool, released, if a stop came
+                continue
             if in_flight.count() >= held_limit:
                 in_flight.wait_until(
                     lambda: in_flight.count() < held_limit or stops.requested, ceiling
@@ -339,7 +356,7 @@ class Worker:
             if claimed:
                 backoff.reset()
                 self._dispatch(claimed)
-                if len(claimed) < want and not until_idle:
+                if len(claimed) < want and not until_idle and not self._quarantine.active:
                     # Fewer than asked: nothing else is claimable now. Wait for a hint
                     # (one that came during the claim is still pending) instead of
                     # paying for an empty claim.
@@ -393,6 +410,11 @@ class Worker:
             for execution in replaced:
                 execution.cancel(CancelReason.SUPERSEDED, now)
                 self._abandon(execution)
+        async_jobs = self._submit(self._quarantine.screen(executions, self._release))
+        self._coroutines.claimed(len(executions), async_jobs)
+
+    def _submit(self, executions: list[Execution]) -> int:
+        """Hand executions to the pool of their kind; returns how many are async."""
         plain: list[Execution] = []
         coroutines: list[Execution] = []
         for execution in executions:
@@ -402,11 +424,11 @@ class Worker:
             (coroutines if definition is not None and definition.is_async else plain).append(
                 execution
             )
-        self._coroutines.claimed(len(executions), len(coroutines))
         if coroutines:
             self._coroutines.submit(coroutines)
         if plain:
             self._pool.submit(plain)
+        return len(coroutines)
 
     # -- running --------------------------------------------------------------------------
 

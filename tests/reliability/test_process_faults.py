@@ -98,8 +98,9 @@ def test_a_poison_job_that_kills_its_worker_every_time_ends_dead_while_the_rest_
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known gap: jobs a poison pill's worker had claimed (prefetched) are charged "
-    "an interruption at each crash and, reclaimed together with it, are judged poison too",
+    reason="known gap: the job claimed with the pill at each crash reaches its last chance "
+    "with it; it then waits, held, while the pill runs alone (a release would be charged "
+    "like the crash), so the pill's last crash is its verdict too",
 )
 def test_jobs_claimed_together_with_a_poison_pill_are_not_judged_poison_with_it(
     client: JobClient, rig: Rig
