@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from time import monotonic
 
 from django.core.management.base import CommandError
 from django.db import close_old_connections, connections
@@ -84,18 +85,28 @@ def parse_duration(option: str, text: str) -> timedelta:
 # -- connection hygiene -----------------------------------------------------------------
 
 
+BACK_TO_BACK = 0.05
+"""Seconds after a job's closing check within which the next job on the same thread
+starts without checking again: nothing ran on the thread in between."""
+
+_checked = threading.local()
+
+
 class fresh_connections:
     """Around one job, on its thread: Django's request rules (``close_old_connections``
     before and after), so a job never inherits a broken connection or keeps one past
-    ``CONN_MAX_AGE``. (A class, not a generator: it is entered around every job.)"""
+    ``CONN_MAX_AGE``; a job that follows another on its thread at once shares that one's
+    closing check. (A class, not a generator: it is entered around every job.)"""
 
     __slots__ = ()
 
     def __enter__(self) -> None:
-        close_old_connections()
+        if monotonic() - getattr(_checked, "at", -BACK_TO_BACK) >= BACK_TO_BACK:
+            close_old_connections()
 
     def __exit__(self, *exc_info: object) -> None:
         close_old_connections()
+        _checked.at = monotonic()
 
 
 def _tidy_runtime_connections() -> None:

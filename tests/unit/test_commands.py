@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from millrace_django.contract import JobState
+from millrace_django.management import support
 from millrace_django.management.support import (
     fresh_connections,
     parse_duration,
@@ -202,10 +203,36 @@ def test_loop_turns_keep_a_healthy_connection_and_drop_a_broken_one(
         assert connection.connection is None
 
 
+@pytest.fixture
+def thread_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The monotonic clock the job hook reads, set by the test; no check made yet."""
+    now = [1_000.0]
+    monkeypatch.setattr(support, "monotonic", lambda: now[0])
+    monkeypatch.delattr(support._checked, "at", raising=False)
+    return now
+
+
 @transactional
-def test_a_job_starts_and_ends_with_djangos_request_rules() -> None:
+def test_a_job_starts_and_ends_with_djangos_request_rules(thread_clock: list[float]) -> None:
     connection.ensure_connection()
     with fresh_connections():
         assert connection.connection is None  # CONN_MAX_AGE=0: closed before the job
         connection.ensure_connection()
     assert connection.connection is None  # and after it
+
+
+@transactional
+def test_a_job_right_after_another_on_its_thread_shares_that_ones_closing_check(
+    thread_clock: list[float],
+) -> None:
+    with fresh_connections():
+        pass
+    connection.ensure_connection()  # (on a pool thread nothing runs between two jobs)
+    thread_clock[0] += support.BACK_TO_BACK / 2
+    with fresh_connections():
+        assert connection.connection is not None  # the previous job's check covered it
+    assert connection.connection is None  # its own closing check still runs
+    connection.ensure_connection()
+    thread_clock[0] += 2 * support.BACK_TO_BACK
+    with fresh_connections():
+        assert connection.connection is None  # later than that: checked again
