@@ -270,19 +270,21 @@ class JobClient:
         queue = self.queue(options.queue)
         invocation = capture(definition, args, kwargs)
         now = self.clock.now()
-        return JobRecord(
-            id=id_at(now),
-            queue=queue,
-            invocation=invocation,
-            state=state,
-            created_at=now,
-            priority=options.priority or 0,
-            due_at=due_at,
-            retry=options.retry or self.config.default_retry,
-            timeout=options.timeout,
-            idempotency_key=options.idempotency_key,
-            tenant_id=current_tenant(),
-            parent_id=parent_id,
+        return JobRecord.from_values(
+            {
+                "id": id_at(now),
+                "queue": queue,
+                "invocation": invocation,
+                "state": state,
+                "created_at": now,
+                "priority": options.priority or 0,
+                "due_at": due_at,
+                "retry": options.retry or self.config.default_retry,
+                "timeout": options.timeout,
+                "idempotency_key": options.idempotency_key,
+                "tenant_id": current_tenant(),
+                "parent_id": parent_id,
+            }
         )
 
     def queue(self, name: str | None) -> str:

@@ -175,7 +175,7 @@ def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:
         retry=retry_of(values["retry"]),
     )
     record.update(changes)
-    return JobRecord(**record)
+    return JobRecord.from_values(record)
 
 
 class JobRowReader:
@@ -204,7 +204,7 @@ class JobRowReader:
             record["state"] = JOB_STATES[row[self._state]]
         record["retry"] = _retry_from_text(row[self._retry])
         record.update(known)
-        return JobRecord(**record)
+        return JobRecord.from_values(record)
 
 
 @lru_cache(maxsize=64)
