@@ -50,7 +50,7 @@ from millrace_django.storage.orm.hotpath import OrmHotPath
 from millrace_django.storage.orm.rows import (
     JobRowReader,
     active_scope,
-    arguments_json,
+    arguments_text,
     job_values,
     retry_json,
 )
@@ -610,7 +610,7 @@ def _copy_row(job: JobRecord, track_scope: bool) -> tuple[Any, ...]:
         job.id,
         JOB_STATE_CODES[job.state],
         invocation.target,
-        _encode_json(arguments_json(invocation)),
+        arguments_text(invocation),
         _retry_text(job.retry),
         active_scope(job) if track_scope else None,
         None if job.result is None else _encode_json(job.result),

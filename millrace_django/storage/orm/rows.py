@@ -52,6 +52,26 @@ def arguments_json(invocation: Invocation) -> dict[str, Any]:
     return {"args": list(invocation.args), "kwargs": dict(invocation.kwargs)}
 
 
+_NO_ARGUMENTS_TEXT = '{"args": [], "kwargs": {}}'
+"""The stored arguments of a call without any, as :func:`json.dumps` writes them and as
+PostgreSQL's ``jsonb`` reads back: spelled out, so the hot paths skip the codec for the
+commonest arguments of all."""
+
+
+def arguments_text(invocation: Invocation) -> str:
+    """``invocation``'s arguments as stored, in JSON."""
+    if not invocation.args and not invocation.kwargs:
+        return _NO_ARGUMENTS_TEXT
+    return json.dumps(arguments_json(invocation))
+
+
+def arguments_of_text(text: str) -> Any:
+    """Stored arguments read from their JSON text."""
+    if text == _NO_ARGUMENTS_TEXT:
+        return {"args": [], "kwargs": {}}
+    return json.loads(text)
+
+
 def invocation_of(target: str, arguments: Any) -> Invocation:
     """The invocation a row stores. Arguments of another shape (a hand-edited row) are
     passed on as found, for the engine to refuse when the job is about to run (dead,
@@ -199,7 +219,9 @@ class JobRowReader:
             if record[name] is not None:
                 record[name] = json.loads(record[name])
         record["id"] = row[self._id]
-        record["invocation"] = invocation_of(row[self._target], json.loads(row[self._arguments]))
+        record["invocation"] = invocation_of(
+            row[self._target], arguments_of_text(row[self._arguments])
+        )
         if self._state is not None:
             record["state"] = JOB_STATES[row[self._state]]
         record["retry"] = _retry_from_text(row[self._retry])
