@@ -140,6 +140,11 @@ def release(job: JobRecord) -> JobTransition:
     return transition(job, JobState.ENQUEUED)
 
 
+def give_back(job: JobRecord, **fields: Any) -> JobTransition:
+    """A release of ``job`` whose attempt never started: the attempt is given back."""
+    return transition(job, JobState.ENQUEUED, unstarted=True, **fields)
+
+
 def terminal(job: JobRecord, clock: FakeClock, target: JobState) -> JobTransition:
     """The worker's transition of ``job`` to the terminal ``target``, finished now."""
     if target is JobState.SUCCEEDED:

@@ -1,6 +1,11 @@
 """L0, the storage contract: records, states, protocols, cursors. Standard library only."""
 
-from millrace_django.contract.attempts import oldest_kept_attempt, outcome_of
+from millrace_django.contract.attempts import (
+    attempt_after,
+    oldest_kept_attempt,
+    outcome_of,
+    transition_problem,
+)
 from millrace_django.contract.cursor import (
     decode_time_id,
     decode_time_text,
@@ -130,6 +135,7 @@ __all__ = [
     "WorkflowCheckpoint",
     "WorkflowInstanceRecord",
     "WorkflowStorage",
+    "attempt_after",
     "can_transition",
     "clamp_limit",
     "decode_time_id",
@@ -139,4 +145,5 @@ __all__ = [
     "oldest_kept_attempt",
     "outcome_of",
     "throughput_window",
+    "transition_problem",
 ]

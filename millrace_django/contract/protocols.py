@@ -107,12 +107,16 @@ class JobStorage(Protocol):
         and its fields (terminal: ``finished_at``, worker and lease cleared, key scope
         released but the key kept, ``last_error`` kept unless a new error is given;
         ``succeeded`` stores ``result``; ``failed``: ``due_at``, ``last_error``,
-        ``failures``; ``enqueued`` (a release): worker, lease and ``due_at`` cleared), the
-        attempt-history row, the checkpoint, bookmarks, inserts (with :meth:`enqueue`
-        semantics, a held key skipped silently, and this transition's own key release
-        already visible), activation of direct ``awaiting`` children, cancellation of the
-        transitive ``awaiting`` closure. A stale or missing checkpoint revision raises
-        :class:`~millrace_django.errors.ConcurrencyConflict` and rolls everything back.
+        ``failures``; ``enqueued`` (a release): worker, lease and ``due_at`` cleared, and
+        for an attempt that never started (``unstarted``) the attempt given back), the
+        attempt-history row (:func:`~millrace_django.contract.outcome_of`), the
+        checkpoint, bookmarks, inserts (with :meth:`enqueue` semantics, a held key
+        skipped silently, and this transition's own key release already visible),
+        activation of direct ``awaiting`` children, cancellation of the transitive
+        ``awaiting`` closure. A stale or missing checkpoint revision raises
+        :class:`~millrace_django.errors.ConcurrencyConflict` and rolls everything back;
+        a transition :func:`~millrace_django.contract.transition_problem` refuses raises
+        :class:`~millrace_django.errors.StorageError`, nothing changed.
         """
         ...
 

@@ -177,6 +177,18 @@ class JobTransition:
     bookmarks: Sequence[BookmarkRecord] = ()
     activate_continuations: bool = False
     cancel_continuations: bool = False
+    unstarted: bool = False
+    """Only with target ``enqueued``: a release of an attempt whose execution never
+    started (prefetched, or held back), which undoes its claim. The stored ``attempt``
+    becomes ``expected_attempt - 1``, so the next claim gets the same number again, and
+    no attempt-history row is written: it is no interruption, and a job given back any
+    number of times never nears its poison-pill verdict. Everything else is exactly a
+    release's (fence, ``failures`` as given, worker, lease and ``due_at`` cleared,
+    ``cancel_requested`` kept). With any other target the transition is a contract
+    violation (:class:`~millrace_django.errors.StorageError`, nothing changes).
+
+    The next claim by the same worker reuses the given-back ``(worker, attempt)``, so a
+    worker sends a given-back transition once and never retries it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

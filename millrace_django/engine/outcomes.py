@@ -183,8 +183,17 @@ def unrunnable(
 
 
 def released(job: JobRecord) -> JobTransition:
-    """Give the job back (shutdown): claimable again, no retry budget spent."""
+    """Give the job back (shutdown): claimable again, no retry budget spent. The attempt
+    counts as an interruption towards the poison-pill verdict: it ran."""
     return JobTransition(**_fence(job), target=JobState.ENQUEUED, failures=job.failures)
+
+
+def given_back(job: JobRecord) -> JobTransition:
+    """Give back a claim whose function never started: claimable again with its attempt
+    given back, so it is no interruption (see ``JobTransition.unstarted``)."""
+    return JobTransition(
+        **_fence(job), target=JobState.ENQUEUED, failures=job.failures, unstarted=True
+    )
 
 
 def cancelled(job: JobRecord, *, clock: Clock) -> JobTransition:

@@ -14,6 +14,8 @@ server restart breaks the one in use). A transition is retried until its claim's
 ends, then given up: the job stays ``processing`` until that lease expires and another
 claim runs it again, which at-least-once execution allows. (The heartbeat no longer
 renews a finished job's lease, so a failing write cannot keep a claim alive forever.)
+A give-back (``JobTransition.unstarted``) is never retried: the call may have committed
+it, and this worker's next claim of the job reuses its ``(worker, attempt)`` fence.
 """
 
 from __future__ import annotations
@@ -216,7 +218,12 @@ class Acknowledger:
         given_up: list[tuple[Execution, JobTransition | None]] = []
         for execution, transition in batch:
             lease_until = execution.lease_until
-            live = transition is not None and lease_until is not None and now < lease_until
+            live = (
+                transition is not None
+                and not transition.unstarted
+                and lease_until is not None
+                and now < lease_until
+            )
             (again if live else given_up).append((execution, transition))
         ceiling = min(LONGEST_RETRY, FIRST_RETRY * 2 ** (self._failures - 1))
         pause = random.uniform(ceiling / 2, ceiling)

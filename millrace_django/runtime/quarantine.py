@@ -7,14 +7,13 @@ it every job it holds, and each is charged an interruption. So when a claim brin
 that was interrupted before and whose next interruption would be its verdict (its *last
 chance*), the worker runs it with nothing else in the process:
 
-- the claim's other jobs that would run are given back at once (another worker may run
-  them; below their last chance, they can afford the interruption a release counts as);
-  those decided without running (a cancel request, an earlier poison verdict) go on;
-- every last-chance job of the claim waits here, held (its lease renewed), never given
-  back: a release is charged like a crash, so it would be its verdict;
-- the claim loop claims nothing more; the first waiting job starts once nothing else is
-  held (every running job finished and written), then the next, each alone;
-- claiming resumes once the last of them is written.
+- the first such job of the claim is kept; every other job of the claim that would run,
+  other last-chance ones included, is given back at once, its attempt with it (it never
+  started, so it is no interruption), and another worker may run it; those decided
+  without running (a cancel request, an earlier poison verdict) go on;
+- the claim loop claims nothing more; the kept job starts once nothing else is held
+  (every running job finished and written);
+- claiming resumes once it is written.
 
 A job never interrupted is no suspect, whatever the limit (with a limit of 1, every job
 would otherwise run alone). Used by the claim loop's thread only.
@@ -23,7 +22,6 @@ would otherwise run alone). Used by the claim loop's thread only.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 
 from millrace_django.contract import JobRecord
@@ -34,8 +32,8 @@ from millrace_django.runtime.shutdown import StopRequests
 
 logger = logging.getLogger(__name__)
 
-type Release = Callable[[Iterable[Execution]], None]
-"""Gives back executions that have not started (fenced, no retry budget spent)."""
+type GiveBack = Callable[[Iterable[Execution]], None]
+"""Gives back executions that have not started, attempt and all (fenced, uncharged)."""
 
 
 def on_last_chance(job: JobRecord, interruption_limit: int) -> bool:
@@ -51,76 +49,69 @@ def will_run(job: JobRecord, interruption_limit: int) -> bool:
 
 
 class Quarantine:
-    """The last-chance executions waiting to run alone, in claim order, and the one
-    running."""
+    """The last-chance execution kept to run alone, from its claim until it is written."""
 
     def __init__(self, in_flight: InFlight, interruption_limit: int) -> None:
         self._in_flight = in_flight
         self._limit = interruption_limit
-        self._waiting: deque[Execution] = deque()
-        self._running: Execution | None = None
+        self._kept: Execution | None = None
+        self._started = False
+        """The kept execution has been handed to its pool."""
 
     @property
     def active(self) -> bool:
         """A last-chance job waits or runs: claim nothing."""
-        return self._running is not None or bool(self._waiting)
+        return self._kept is not None
 
-    def screen(self, executions: list[Execution], release: Release) -> list[Execution]:
+    def screen(self, executions: list[Execution], give_back: GiveBack) -> list[Execution]:
         """The executions of a claim to run now: all of them, unless one is on its last
-        chance. Then the last-chance ones wait here, the others that would run are
-        released, and those decided without running are returned."""
+        chance. Then the first such one is kept here, every other one that would run is
+        given back, and those decided without running are returned."""
         limit = self._limit
-        suspects: list[Execution] = []
-        others: list[Execution] = []
-        for execution in executions:
-            (suspects if on_last_chance(execution.job, limit) else others).append(execution)
-        if not suspects:
+        kept = next((e for e in executions if on_last_chance(e.job, limit)), None)
+        if kept is None:
             return executions
+        others = [e for e in executions if e is not kept]
         given_back = [e for e in others if will_run(e.job, limit)]
-        release(given_back)
-        self._waiting.extend(suspects)
-        for execution in suspects:
-            job = execution.job
-            logger.warning(
-                "job %s (%s) attempt %d is on its last chance (INTERRUPTION_LIMIT %d): "
-                "it runs alone; %d other jobs of its claim given back",
-                job.id,
-                job.invocation.target,
-                job.attempt,
-                limit,
-                len(given_back),
-                extra=job_fields(job),
-            )
+        give_back(given_back)
+        self._kept, self._started = kept, False
+        job = kept.job
+        logger.warning(
+            "job %s (%s) attempt %d is on its last chance (INTERRUPTION_LIMIT %d): "
+            "it runs alone; %d other jobs of its claim given back",
+            job.id,
+            job.invocation.target,
+            job.attempt,
+            limit,
+            len(given_back),
+            extra=job_fields(job),
+        )
         return [e for e in others if not will_run(e.job, limit)]
 
     def step(self, timeout: float, stops: StopRequests) -> Execution | None:
         """One bounded wait (at most ``timeout`` seconds, cut short by a stop request):
-        for the running execution to be written or, if none runs, for nothing else to be
-        held. Returns the execution whose turn came (the caller starts it), if any."""
-        in_flight = self._in_flight
-        running = self._running
-        if running is not None:
-            in_flight.wait_until(lambda: not in_flight.holds(running) or stops.requested, timeout)
-            if not in_flight.holds(running):
-                self._running = None
+        for nothing but the kept execution to be held or, once it started, for it to be
+        written. Returns the kept execution when its turn comes (the caller starts it)."""
+        in_flight, kept = self._in_flight, self._kept
+        if kept is None:
             return None
-        while self._waiting and not in_flight.holds(self._waiting[0]):
-            self._waiting.popleft()  # settled without running (cancelled, lease lost)
-        if not self._waiting:
+        if self._started:
+            in_flight.wait_until(lambda: not in_flight.holds(kept) or stops.requested, timeout)
+        else:
+            # Nothing is claimed meanwhile, so the count only falls: to 1, the kept one.
+            in_flight.wait_until(lambda: in_flight.count() <= 1 or stops.requested, timeout)
+        if not in_flight.holds(kept):  # written, or settled without running (cancelled)
+            self._kept = None
             return None
-        in_flight.wait_until(lambda: self._alone() or stops.requested, timeout)
-        if not self._alone():
+        if self._started or in_flight.count() > 1:
             return None
-        self._running = self._waiting.popleft()
-        return self._running
+        self._started = True
+        return kept
 
     def take_waiting(self) -> list[Execution]:
-        """The executions still waiting for their turn (shutdown gives them back)."""
-        waiting = list(self._waiting)
-        self._waiting.clear()
-        return waiting
-
-    def _alone(self) -> bool:
-        """Nothing is held but the executions waiting here."""
-        in_flight = self._in_flight
-        return in_flight.count() <= sum(1 for e in self._waiting if in_flight.holds(e))
+        """The kept execution if it still waits for its turn (shutdown gives it back)."""
+        kept = self._kept
+        if kept is None or self._started:
+            return []
+        self._kept = None
+        return [kept]

@@ -16,9 +16,9 @@ The three stages overlap: a job's thread is free again as soon as its handler re
 (its lease is still renewed until its transition is written), so claiming never waits
 for an acknowledgement, and the acknowledger writes one batch while the next is claimed
 and run. When recent handlers were quick, the loop claims a full batch ahead of free
-threads (a bounded prefetch, released at shutdown if never started). A job one
-interruption away from a poison-pill verdict runs alone
-(:mod:`~millrace_django.runtime.quarantine`).
+threads (a bounded prefetch, given back at shutdown if never started: attempt and all,
+so it counts as no interruption). A job one interruption away from a poison-pill verdict
+runs alone (:mod:`~millrace_django.runtime.quarantine`).
 
 The worker holds no state that matters across a crash: every guarantee comes from the
 storage (the claim, the lease, the fence on each write).
@@ -109,7 +109,8 @@ class Worker:
     also what SIGTERM should call) asks it to: the first request stops claiming, lets
     in-flight jobs finish for up to ``shutdown_timeout``, then fires their cancellation
     and, after ``shutdown_grace``, releases what still runs; a second request releases
-    at once. A released job is claimable again and spends no retry budget.
+    at once. A released job is claimable again and spends no retry budget; one that
+    never started is given back with its attempt, so it counts as no interruption either.
 
     With ``clock_sync`` (built on ``clock``), the clock is calibrated to the database's
     before the first claim and again every minute, so a skewed machine neither reclaims
@@ -265,11 +266,11 @@ class Worker:
         )
 
     def _shut_down(self) -> None:
-        """Release what never started; phase one drains, phase two cancels and
+        """Give back what never started; phase one drains, phase two cancels and
         releases; then the threads stop."""
         if not self._stops.requested:
             self._stops.request()  # the claim loop ended by an error
-        self._release_unstarted()
+        self._give_back_unstarted()
         self._await_idle(self._config.shutdown_timeout)
         running = self._in_flight.running()
         if running:
@@ -289,19 +290,20 @@ class Worker:
             self._unwatch_depth()
         logger.info("worker %s stopped", self.worker_id)
 
-    def _release_unstarted(self) -> None:
-        """Give back the prefetched jobs no thread started, and the last-chance jobs
-        still waiting for their turn."""
-        self._release(
+    def _give_back_unstarted(self) -> None:
+        """Give back the prefetched jobs no thread started, and a last-chance job still
+        waiting for its turn."""
+        self._give_back(
             [*self._pool.hold(), *self._coroutines.hold(), *self._quarantine.take_waiting()]
         )
 
-    def _release(self, executions: Iterable[Execution]) -> None:
-        """Give back, fenced and without spending budget, executions that have not
-        started: another worker may run them at once."""
+    def _give_back(self, executions: Iterable[Execution]) -> None:
+        """Give back, fenced, executions that have not started, with their attempt: no
+        retry budget spent, no interruption counted, and another worker may run them at
+        once."""
         for execution in executions:
             if execution.settle_unstarted():
-                self._acks.submit(execution, outcomes.released(execution.job))
+                self._acks.submit(execution, outcomes.given_back(execution.job))
 
     def _await_idle(self, limit: timedelta) -> None:
         """Wait up to ``limit`` for every held job to be written, unless told to hurry."""
@@ -331,7 +333,7 @@ class Worker:
                 # A last-chance job waits or runs alone: claim nothing meanwhile.
                 turn = self._quarantine.step(ceiling, stops)
                 if turn is not None:
-                    self._submit([turn])  # held by its pool, released, if a stop came
+                    self._submit([turn])  # held by its pool, given back, if a stop came
                 continue
             if in_flight.count() >= held_limit:
                 in_flight.wait_until(
@@ -410,7 +412,7 @@ class Worker:
             for execution in replaced:
                 execution.cancel(CancelReason.SUPERSEDED, now)
                 self._abandon(execution)
-        async_jobs = self._submit(self._quarantine.screen(executions, self._release))
+        async_jobs = self._submit(self._quarantine.screen(executions, self._give_back))
         self._coroutines.claimed(len(executions), async_jobs)
 
     def _submit(self, executions: list[Execution]) -> int:
@@ -530,6 +532,11 @@ class Worker:
         self._settle_cancelled(execution)
 
     def _settle_cancelled(self, execution: Execution) -> None:
+        """Write what a settled execution's cancellation comes to; one a shutdown
+        cancelled before it started is given back, attempt and all."""
+        if not execution.started and execution.context.cancel_reason is CancelReason.SHUTDOWN:
+            self._acks.submit(execution, outcomes.given_back(execution.job))
+            return
         transition = cancellation_outcome(
             execution.job, execution.context, clock=self._clock, config=self._config
         )

@@ -9,6 +9,7 @@ import psycopg
 
 from millrace_django.contract import JobState
 from millrace_django.engine import JobClient
+from tests.reliability.harness.checkers import Exit
 from tests.reliability.harness.ledger import append
 from tests.reliability.harness.rig import Rig
 from tests.reliability.scenarios import enqueue_work, postgres_marks
@@ -24,13 +25,22 @@ BROKEN = {
     "overlap after a release": "executions overlap though the first kept its claim (released)",
     "phantom success": "attempt 1 recorded a success no execution finished",
     "left running": "ended processing",
+    "given back though it ran": "attempt 1 was given back though it ran",
+    "attempt lowered by a success": "a non-claim changed the attempt",
+    "give-back recorded as an interruption": "claimed by b but its history row names a",
 }
-SOUND = ["fenced overlap", "plain"]
+SOUND = ["fenced overlap", "given back", "plain"]
 
 
 def test_the_checkers_name_every_kind_of_broken_promise(client: JobClient, rig: Rig) -> None:
     names = [*BROKEN, *SOUND]
     job = dict(zip(names, enqueue_work(client, len(names), 0.0), strict=True))
+
+    def run(name: str, attempt: int, pid: int, *, finish: bool = True) -> None:
+        append("start", job[name], attempt, pid, rig.ledger.directory)
+        if finish:
+            append("finish", job[name], attempt, pid, rig.ledger.directory)
+
     with psycopg.connect(rig.url, autocommit=True) as db:
 
         def claim(name: str, worker: str, lease: str) -> None:
@@ -48,6 +58,14 @@ def test_the_checkers_name_every_kind_of_broken_promise(client: JobClient, rig: 
                 (code, job[name]),
             )
 
+        def give_back(name: str) -> None:
+            """A release that gives the attempt back, as one that never started."""
+            db.execute(
+                "UPDATE millrace_job SET state = 1, worker_id = NULL, lease_until = NULL,"
+                " attempt = attempt - 1 WHERE uuid = %s",
+                (job[name],),
+            )
+
         def interrupted(name: str) -> None:
             """The history row a provider writes for an interrupted first attempt."""
             db.execute(
@@ -63,15 +81,24 @@ def test_the_checkers_name_every_kind_of_broken_promise(client: JobClient, rig: 
         interrupted("fenced overlap")
         move("overlap after a release", JobState.ENQUEUED)
         claim("overlap after a release", "b", LIVE)
+        give_back("given back")
+        claim("given back", "b", LIVE)
+        run("given back though it ran", 1, 111)  # between its claim and its give-back
+        give_back("given back though it ran")
+        claim("given back though it ran", "b", LIVE)
+        give_back("give-back recorded as an interruption")
+        interrupted("give-back recorded as an interruption")
+        claim("give-back recorded as an interruption", "b", EXPIRED)
+        claim("give-back recorded as an interruption", "c", LIVE)  # records nothing: taken
         for name in names:
-            if name != "left running":
+            if name not in ("left running", "attempt lowered by a success"):
                 move(name, JobState.SUCCEEDED)
         move("revived", JobState.ENQUEUED)
-
-    def run(name: str, attempt: int, pid: int, *, finish: bool = True) -> None:
-        append("start", job[name], attempt, pid, rig.ledger.directory)
-        if finish:
-            append("finish", job[name], attempt, pid, rig.ledger.directory)
+        db.execute(
+            "UPDATE millrace_job SET state = 3, worker_id = NULL, lease_until = NULL,"
+            " attempt = attempt - 1 WHERE uuid = %s",
+            (job["attempt lowered by a success"],),
+        )
 
     run("revived", 1, 101)
     run("early reclaim", 2, 102)
@@ -83,6 +110,9 @@ def test_the_checkers_name_every_kind_of_broken_promise(client: JobClient, rig: 
     run("fenced overlap", 1, 108, finish=False)  # runs on past losing its lease
     run("fenced overlap", 2, 109)
     run("plain", 1, 110)
+    run("given back", 1, 112)  # the claim after the give-back runs the attempt
+    run("attempt lowered by a success", 1, 113)
+    run("give-back recorded as an interruption", 2, 114)
 
     report = rig.check(dict.fromkeys(job.values(), JobState.SUCCEEDED))
     for name, finding in BROKEN.items():
@@ -93,6 +123,10 @@ def test_the_checkers_name_every_kind_of_broken_promise(client: JobClient, rig: 
     for name in SOUND:
         assert report.audits[job[name]].findings == [], name
     assert report.audits[job["fenced overlap"]].fenced_overlaps == 1
+    given_back = report.audits[job["given back"]]
+    assert [claim.worker for claim, _ in given_back.given_back] == ["a"]
+    assert given_back.exits == {1: Exit.SUCCEEDED}
+    assert report.counts["given back"] == 3
     try:
         report.assert_clean()
     except AssertionError as error:

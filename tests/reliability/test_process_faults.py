@@ -11,8 +11,6 @@ import signal
 from functools import partial
 from uuid import UUID
 
-import pytest
-
 from millrace_django.contract import TERMINAL_JOB_STATES, JobState
 from millrace_django.engine import JobClient
 from tests.reliability.harness import jobs
@@ -96,12 +94,6 @@ def test_a_poison_job_that_kills_its_worker_every_time_ends_dead_while_the_rest_
     _assert_poison_verdict(report, rig, poison, limit)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the job claimed with the pill at each crash reaches its last chance "
-    "with it; it then waits, held, while the pill runs alone (a release would be charged "
-    "like the crash), so the pill's last crash is its verdict too",
-)
 def test_jobs_claimed_together_with_a_poison_pill_are_not_judged_poison_with_it(
     client: JobClient, rig: Rig
 ) -> None:

@@ -48,9 +48,9 @@ def test_sigterm_drains_running_jobs_exits_0_and_leaves_the_rest_to_the_next_wor
     assert report.counts["exit reclaimed"] == report.counts["unfinished executions"] == 0
     assert report.counts["executions"] == len(ids)  # each ran exactly once
     for audit in report.audits.values():
-        ran = {e.attempt for e in audit.executions}
-        released = {n for n, exit_ in audit.exits.items() if exit_ is Exit.RELEASED}
-        assert not released & ran  # only prefetched, never-started claims were released
+        # Claims that never started were given back, attempt and all (the checkers saw
+        # that none of them ran); no claim ended released, charged an interruption.
+        assert Exit.RELEASED not in audit.exits.values()
         assert audit.row is not None and audit.row.failures == 0
 
 

@@ -16,6 +16,7 @@ import pytest
 from millrace_django.clock import Clock, FakeClock, SystemClock
 from millrace_django.conformance.jobs.claims import ClaimFacts
 from millrace_django.conformance.jobs.fence import FenceFacts
+from millrace_django.conformance.jobs.giving_back import GivingBackFacts
 from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
 from millrace_django.conformance.workflows import WorkflowStorageFacts
 from millrace_django.contract import (
@@ -66,6 +67,13 @@ class UnfencedApply(MemoryStorage):
             return False
         fenced = replace(transition, expected_worker_id=job.worker_id, expected_attempt=job.attempt)
         return super().apply(fenced)
+
+
+class ChargedGiveBack(MemoryStorage):
+    """Applies a give-back as an ordinary release: the attempt kept and recorded."""
+
+    def apply(self, transition: JobTransition) -> bool:
+        return super().apply(replace(transition, unstarted=False))
 
 
 class ReadThenWriteKeys(MemoryStorage):
@@ -134,6 +142,21 @@ CASES: list[tuple[str, Provider, Fact]] = [
         "an apply without the fence (zombie worker)",
         UnfencedApply,
         FenceFacts().test_apply_zombie_versus_new_owner_exactly_one_wins,
+    ),
+    (
+        "a give-back without the fence",
+        UnfencedApply,
+        GivingBackFacts().test_giving_back_is_fenced_like_any_transition,
+    ),
+    (
+        "a give-back charged like a release (attempt kept)",
+        ChargedGiveBack,
+        GivingBackFacts().test_giving_back_enqueues_the_job_again_and_the_next_claim_reuses_its_attempt,
+    ),
+    (
+        "a give-back charged like a release (history written)",
+        ChargedGiveBack,
+        GivingBackFacts().test_a_given_back_attempt_leaves_no_history_and_its_number_records_its_own_end,
     ),
     (
         "an idempotency check that reads then writes",

@@ -163,6 +163,22 @@ def test_the_fenced_update_stamps_the_clocks_now_on_a_finished_job(alias: str) -
     assert "WHERE [millrace_job].[seq] = %s" in sql
 
 
+@pytest.mark.parametrize(("unstarted", "attempt"), [(False, 3), (True, 2)])
+def test_a_release_keeps_the_claims_attempt_and_a_give_back_lowers_it_by_one(
+    alias: str, unstarted: bool, attempt: int
+) -> None:
+    sql, params = compiled_update(
+        Job.objects.using(alias).filter(seq=41),
+        moved(transition(JobState.ENQUEUED, unstarted=unstarted), NOW),
+        alias,
+    )
+
+    assigned = re.findall(r"\[(\w+)\] = %s", sql[: sql.index(" WHERE ")])
+    values = dict(zip(assigned, params, strict=False))
+    assert values["attempt"] == attempt
+    assert (values["state"], values["worker_id"], values["due_at"]) == (Code.ENQUEUED, None, None)
+
+
 def test_a_batch_acknowledgement_is_one_update_with_per_row_values(alias: str) -> None:
     t = transition(JobState.SUCCEEDED)
     sql, params = compiled_update(

@@ -18,6 +18,7 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.claims import ClaimFacts
     from millrace_django.conformance.jobs.continuations import ContinuationFacts
     from millrace_django.conformance.jobs.fence import FenceFacts
+    from millrace_django.conformance.jobs.giving_back import GivingBackFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
     from millrace_django.conformance.jobs.next_due import NextDueFacts
     from millrace_django.conformance.jobs.operations import (
@@ -38,6 +39,7 @@ def _compose() -> type:
         ClaimFacts,
         RenewalFacts,
         FenceFacts,
+        GivingBackFacts,
         ActivationFacts,
         RecurringFacts,
         NextDueFacts,

@@ -20,7 +20,6 @@ from millrace_django.contract import (
     PRE_ACTIVE_JOB_STATES,
     TERMINAL_INSTANCE_STATES,
     TERMINAL_JOB_STATES,
-    TRANSITION_TARGETS,
     AttemptOutcome,
     BookmarkRecord,
     Capabilities,
@@ -34,8 +33,10 @@ from millrace_django.contract import (
     RecurringRecord,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
+    attempt_after,
     oldest_kept_attempt,
     outcome_of,
+    transition_problem,
 )
 from millrace_django.errors import (
     ConcurrencyConflict,
@@ -211,8 +212,9 @@ class MemoryJobStore:
         )
         if not fenced or job is None:
             return False
-        if t.target not in TRANSITION_TARGETS:
-            raise StorageError(f"{t.target.value!r} is not a transition target")
+        problem = transition_problem(t)
+        if problem is not None:
+            raise StorageError(problem)
         now = self.clock.now()
         outcome = outcome_of(t, job.failures)
         if outcome is not None:
@@ -248,7 +250,7 @@ class MemoryJobStore:
                 raise StorageError("a failed transition needs the retry's due_at")
             return replace(cleared, due_at=t.due_at)
         if t.target is JobState.ENQUEUED:
-            return replace(cleared, due_at=None)
+            return replace(cleared, due_at=None, attempt=attempt_after(t))
         result = t.result if t.target is JobState.SUCCEEDED else None
         return replace(cleared, finished_at=t.finished_at or now, result=result)
 

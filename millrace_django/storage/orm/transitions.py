@@ -9,10 +9,11 @@ from uuid import UUID
 from django.db import IntegrityError
 
 from millrace_django.contract import (
-    TRANSITION_TARGETS,
     JobState,
     JobTransition,
+    attempt_after,
     outcome_of,
+    transition_problem,
 )
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATE_CODES
@@ -34,6 +35,7 @@ def is_plain_success(t: JobTransition) -> bool:
         and not t.enqueue
         and not t.bookmarks
         and not t.cancel_continuations
+        and not t.unstarted  # refused by the generic path
     )
 
 
@@ -43,8 +45,9 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
     row = queries.fenced(ctx.jobs(), t).first()
     if row is None:
         return False
-    if t.target not in TRANSITION_TARGETS:
-        raise StorageError(f"{t.target.value!r} is not a transition target")
+    problem = transition_problem(t)
+    if problem is not None:
+        raise StorageError(problem)
     now = ctx.clock.now()
     outcome = outcome_of(t, row.failures)
     if outcome is not None:
@@ -87,6 +90,7 @@ def moved(t: JobTransition, now: datetime) -> dict[str, Any]:
         fields["due_at"] = t.due_at
     elif t.target is JobState.ENQUEUED:
         fields["due_at"] = None
+        fields["attempt"] = attempt_after(t)
     else:
         fields["finished_at"] = t.finished_at or now
         fields["result"] = t.result if t.target is JobState.SUCCEEDED else None

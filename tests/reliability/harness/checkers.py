@@ -7,14 +7,17 @@ For every job:
   ``processing`` or waiting);
 - **valid state path**: its journal starts with an insert into an insertable state and
   every step is legal (:data:`~millrace_django.contract.ALLOWED_JOB_TRANSITIONS`),
-  continues from the previous one, raises ``attempt`` by exactly one per claim and
-  reclaims a lease only once it has expired; the journal ends where the row is;
+  continues from the previous one, raises ``attempt`` by exactly one per claim, changes
+  it otherwise only to give an unstarted attempt back (``processing -> enqueued``, one
+  less) and reclaims a lease only once it has expired; the journal ends where the row is;
 - **completion recorded exactly once**: one step into a terminal state, the last;
-- **every claim accounted for**: claims are attempts 1..n; each ends in exactly one way
+- **every claim accounted for**: a claim given back never ran (no execution of its
+  attempt started between its claim and its give-back) and leaves its number to the
+  next claim; the other claims are attempts 1..n; each ends in exactly one way
   (success, failure, lease lost and reclaimed, released, poison verdict, cancellation),
-  the provider's attempt history agrees, and the ledger agrees (a success ran and
-  finished in that attempt; a poison verdict or an unrunnable job did not run; no
-  attempt ran twice; nothing ran in an attempt never claimed);
+  the provider's attempt history agrees (outcome and worker), and the ledger agrees (a
+  success ran and finished in that attempt; a poison verdict or an unrunnable job did
+  not run; no attempt ran twice; nothing ran in an attempt never claimed);
 - **no overlap unless fenced**: two executions of one job overlap in time only if the
   earlier one's attempt lost its lease (the journal shows it reclaimed, so its late
   completion cannot have been recorded); a recorded result names the execution that
@@ -61,7 +64,9 @@ class Exit(StrEnum):
     RECLAIMED = "reclaimed"
     """Its lease expired and another claim took the job."""
     RELEASED = "released"
-    """Given back by its worker (shutdown); no budget spent."""
+    """Given back by its worker after it started (shutdown); no budget spent, but an
+    interruption (a claim given back before it started has no exit: see
+    :attr:`JobAudit.given_back`)."""
     POISON = "poison"
     """Dead without running: claimed too often without recorded failures."""
     CANCELLED = "cancelled"
@@ -90,8 +95,12 @@ class JobAudit:
     row: JobRow | None
     steps: list[Step]
     executions: list[Execution]
-    history: dict[int, AttemptOutcome]
+    history: dict[int, tuple[AttemptOutcome, str | None]]
+    """The provider's attempt history: outcome and worker by attempt."""
     exits: dict[int, Exit] = field(default_factory=dict)
+    """How each claim that was not given back ended, by attempt."""
+    given_back: list[tuple[Step, Step]] = field(default_factory=list)
+    """Each claim given back before it started, with its give-back."""
     findings: list[str] = field(default_factory=list)
     fenced_overlaps: int = 0
 
@@ -99,8 +108,10 @@ class JobAudit:
         lines = [f"  row: {self.row}"]
         lines += [f"  journal: {step}" for step in self.steps]
         lines += [f"  ledger: {execution}" for execution in self.executions]
-        lines += [f"  history: attempt {n} {o}" for n, o in sorted(self.history.items())]
+        history = sorted(self.history.items())
+        lines += [f"  history: attempt {n} {outcome} by {w}" for n, (outcome, w) in history]
         lines += [f"  exits: {dict(sorted(self.exits.items()))}"]
+        lines += [f"  given back: attempt {claim.attempt}" for claim, _ in self.given_back]
         return "\n".join(lines)
 
 
@@ -159,6 +170,7 @@ def check(
         audits[job_id] = audit
         counts["jobs"] += 1
         counts.update(f"exit {e}" for e in audit.exits.values())
+        counts["given back"] += len(audit.given_back)
         counts["executions"] += len(audit.executions)
         counts["unfinished executions"] += sum(e.finished is None for e in audit.executions)
         counts["fenced overlaps"] += audit.fenced_overlaps
@@ -203,7 +215,7 @@ def _check_path(audit: JobAudit, row: JobRow, tolerance: timedelta) -> None:
         claimed = step.target is JobState.PROCESSING
         if claimed and step.attempt != (step.old_attempt or 0) + 1:
             findings.append(f"a claim must add one to the attempt: {step}")
-        if not claimed and step.attempt != step.old_attempt:
+        if not claimed and not _gives_back(step) and step.attempt != step.old_attempt:
             findings.append(f"a non-claim changed the attempt: {step}")
         if claimed and step.source is JobState.PROCESSING:
             lease = step.old_lease
@@ -218,26 +230,49 @@ def _check_path(audit: JobAudit, row: JobRow, tolerance: timedelta) -> None:
         findings.append(f"reached a terminal state {len(terminal)} times: {terminal}")
 
 
+def _gives_back(step: Step) -> bool:
+    """Whether ``step`` gives an unstarted attempt back: a release that lowers it by one."""
+    return (
+        step.source is JobState.PROCESSING
+        and step.target is JobState.ENQUEUED
+        and step.old_attempt is not None
+        and step.attempt == step.old_attempt - 1
+    )
+
+
 def _account_for_claims(audit: JobAudit, row: JobRow) -> None:
     steps, findings = audit.steps, audit.findings
-    claims = [i for i, step in enumerate(steps) if step.target is JobState.PROCESSING]
-    numbers = [steps[i].attempt for i in claims]
+    claims: dict[int, Step] = {}  # the claims not given back, by attempt
+    numbers = []
+    for index, claim in enumerate(steps):
+        if claim.target is not JobState.PROCESSING:
+            continue
+        following = steps[index + 1] if index + 1 < len(steps) else None
+        if following is not None and _gives_back(following):
+            audit.given_back.append((claim, following))
+            continue
+        numbers.append(claim.attempt)
+        claims[claim.attempt] = claim
+        audit.exits[claim.attempt] = _exit(claim, following)
     if numbers != list(range(1, row.attempt + 1)):
         findings.append(f"claims numbered {numbers}, but the row counts {row.attempt} attempts")
-    for index in claims:
-        claim = steps[index]
-        following = steps[index + 1] if index + 1 < len(steps) else None
-        audit.exits[claim.attempt] = _exit(claim, following)
     kept_from = oldest_kept_attempt(row.attempt)
     for attempt, exit_ in audit.exits.items():
-        recorded = audit.history.get(attempt)
+        outcome, worker = audit.history.get(attempt, (None, None))
         wanted = {
             Exit.RECLAIMED: AttemptOutcome.INTERRUPTED,
             Exit.RELEASED: AttemptOutcome.INTERRUPTED,
             Exit.FAILED: AttemptOutcome.FAILED,
         }.get(exit_)
-        if attempt >= kept_from and recorded is not wanted:
-            findings.append(f"attempt {attempt} ended {exit_} but its history row says {recorded}")
+        if attempt < kept_from:
+            continue
+        if outcome is not wanted:
+            findings.append(f"attempt {attempt} ended {exit_} but its history row says {outcome}")
+        elif outcome is not None and worker != claims[attempt].worker:
+            findings.append(
+                f"attempt {attempt} was claimed by {claims[attempt].worker} but its history "
+                f"row names {worker}"
+            )
     for attempt in set(audit.history) - set(audit.exits):
         findings.append(f"history records attempt {attempt}, which was never claimed")
 
@@ -268,7 +303,12 @@ def _check_executions(audit: JobAudit, row: JobRow) -> None:
         if len(runs) > 1:
             findings.append(f"attempt {attempt} ran {len(runs)} times: {[str(r) for r in runs]}")
         if attempt not in exits:
-            findings.append(f"attempt {attempt} ran but was never claimed")
+            findings.append(f"attempt {attempt} ran but was never claimed (or given back)")
+    for claim, give_back in audit.given_back:
+        window = (claim.at.timestamp(), give_back.at.timestamp())
+        for run in by_attempt.get(claim.attempt, []):
+            if window[0] <= run.started_wall <= window[1]:
+                findings.append(f"attempt {claim.attempt} was given back though it ran: {run}")
     for attempt, exit_ in exits.items():
         runs = by_attempt.get(attempt, [])
         if exit_ is Exit.SUCCEEDED and not any(r.finished is not None for r in runs):
@@ -330,13 +370,13 @@ def rows(url: str) -> dict[UUID, JobRow]:
     }
 
 
-def _history(url: str) -> dict[UUID, dict[int, AttemptOutcome]]:
-    found: dict[UUID, dict[int, AttemptOutcome]] = {}
+def _history(url: str) -> dict[UUID, dict[int, tuple[AttemptOutcome, str | None]]]:
+    found: dict[UUID, dict[int, tuple[AttemptOutcome, str | None]]] = {}
     with psycopg.connect(url) as connection:
         rows = connection.execute(
-            "SELECT j.uuid, a.attempt, a.outcome FROM millrace_job_attempt AS a"
+            "SELECT j.uuid, a.attempt, a.outcome, a.worker_id FROM millrace_job_attempt AS a"
             " JOIN millrace_job AS j ON j.seq = a.job_id"
         ).fetchall()
-    for job, attempt, outcome in rows:
-        found.setdefault(job, {})[attempt] = ATTEMPT_OUTCOMES[outcome]
+    for job, attempt, outcome, worker in rows:
+        found.setdefault(job, {})[attempt] = (ATTEMPT_OUTCOMES[outcome], worker)
     return found

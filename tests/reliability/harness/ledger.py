@@ -75,6 +75,8 @@ class Execution:
     attempt: int
     pid: int
     started: float
+    started_wall: float
+    """The start by the wall clock, which compares with the journal's database times."""
     finished: float | None
     ended: float | None
     """``finished``, or when its process was seen to die; ``None``: unknown (runs on)."""
@@ -135,6 +137,7 @@ class Ledger:
                     attempt=start.attempt,
                     pid=start.pid,
                     started=start.monotonic,
+                    started_wall=start.wall,
                     finished=finished,
                     ended=finished if finished is not None else deaths.get(start.pid),
                 )

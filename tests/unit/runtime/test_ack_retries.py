@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from millrace_django.clock import FakeClock
-from millrace_django.contract import JobState, JobTransition
+from millrace_django.contract import ClaimRequest, JobState, JobTransition
 from millrace_django.engine import EngineSettings, JobClient, JobContext, outcomes
 from millrace_django.errors import StorageError
 from millrace_django.runtime import acks
@@ -138,3 +138,39 @@ def test_the_heartbeat_renews_running_jobs_only_not_finished_ones_awaiting_their
     assert running.lease_until == clock.now() + LEASE
     assert stored(storage, finished.job.id).lease_until == lease_ends
     assert finished.lease_until == lease_ends
+
+
+class LostAnswerStorage(FailingStorage):
+    """``apply_many`` commits, then the same worker claims the given-back jobs again (its
+    claim loop runs meanwhile), then the call raises as if the answer were lost."""
+
+    def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
+        self.calls += 1
+        results = super(FailingStorage, self).apply_many(transitions)
+        if self.calls == 1:
+            self.claim(
+                ClaimRequest(
+                    worker_id="thief", queues=frozenset({"default"}), max_count=10, lease=LEASE
+                )
+            )
+            raise ConnectionError("the answer to the commit was lost")
+        return results
+
+
+def test_a_give_back_is_not_retried_since_the_next_claim_of_its_worker_has_its_fence(
+    clock: FakeClock,
+) -> None:
+    storage = LostAnswerStorage(clock)
+    (execution,) = claimed(storage, clock)
+    results: list[Result] = []
+    acknowledger = writer(storage, clock, results, [])
+    try:
+        acknowledger.submit(execution, outcomes.given_back(execution.job))
+        wait_until(lambda: results, "the give-back to be given up")
+    finally:
+        acknowledger.close()
+    (result,) = results
+    assert isinstance(result, StorageError)
+    assert storage.calls == 1
+    job = stored(storage, execution.job.id)
+    assert (job.state, job.worker_id, job.attempt) == (JobState.PROCESSING, "thief", 1)

@@ -1,9 +1,9 @@
 """The worker's pipeline: threads free at handler return, prefetch, paced threads, acks.
 
 Claiming, running and acknowledging overlap; these tests pin down what that must not
-change: every held job's lease is renewed, a prefetched job released at shutdown spends
-no budget, a cancel request reaches a job that has not started, timeouts count from the
-start, and slow jobs are never parked locally.
+change: every held job's lease is renewed, a prefetched job given back at shutdown spends
+no budget and counts as no interruption, a cancel request reaches a job that has not
+started, timeouts count from the start, and slow jobs are never parked locally.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from uuid import UUID
 import pytest
 
 from millrace_django.clock import FakeClock
-from millrace_django.contract import AttemptOutcome, ClaimRequest, JobState, JobTransition
+from millrace_django.contract import ClaimRequest, JobState, JobTransition
 from millrace_django.engine import EngineSettings, JobClient, JobContext, Retry, outcomes
 from millrace_django.errors import StorageError
 from millrace_django.runtime import RuntimeSettings, acks, threads
@@ -142,7 +142,7 @@ def test_quick_jobs_are_prefetched_and_every_held_lease_is_renewed(
         wait_for_state(storage, job_id, JobState.SUCCEEDED)
 
 
-def test_prefetched_jobs_are_released_at_once_on_shutdown_without_spending_budget(
+def test_prefetched_jobs_are_given_back_at_once_on_shutdown_attempt_and_all(
     client: JobClient, storage: MemoryStorage, prefetching: Any
 ) -> None:
     worker = prefetching
@@ -152,10 +152,10 @@ def test_prefetched_jobs_are_released_at_once_on_shutdown_without_spending_budge
     worker.request_stop()
     for job_id in ids[1:]:
         job = wait_for_state(storage, job_id, JobState.ENQUEUED)
-        assert (job.attempt, job.failures, job.worker_id) == (1, 0, None)
+        assert (job.attempt, job.failures, job.worker_id) == (0, 0, None)  # no interruption
         details = storage.get_job_details(job_id)
         assert details is not None
-        assert [a.outcome for a in details.attempts] == [AttemptOutcome.INTERRUPTED]
+        assert list(details.attempts) == []
     assert not [call for call in board.calls if call[0] == "record" and call[1].isdigit()]
     assert stored(storage, ids[0]).state is JobState.PROCESSING  # still draining
     board.event("front").set()

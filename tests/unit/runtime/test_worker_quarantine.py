@@ -1,8 +1,10 @@
-"""A job's last chance runs alone: the rest of its claim is given back, what the worker
-already holds finishes first, nothing is claimed until it is written.
+"""A job's last chance runs alone: the rest of its claim is given back (attempt and all,
+so it costs nothing), what the worker already holds finishes first, nothing is claimed
+until it is written.
 
 A crash cannot be simulated in this process, so these tests check the mechanics: who is
-given back (and what that costs), who waits, who runs with whom, and stopping meanwhile.
+given back (and that it costs nothing), who waits, who runs with whom, and stopping
+meanwhile.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from uuid import UUID
 import pytest
 
 from millrace_django.clock import FakeClock
-from millrace_django.contract import AttemptOutcome, JobQuery, JobState
-from millrace_django.engine import JobClient, default_client, job
+from millrace_django.contract import AttemptOutcome, ClaimRequest, JobQuery, JobState
+from millrace_django.engine import EngineSettings, JobClient, default_client, job, outcomes
 from millrace_django.runtime import RuntimeSettings
 from millrace_django.runtime.quarantine import on_last_chance
 from millrace_django.storage.memory import MemoryStorage
@@ -80,21 +82,33 @@ def limit(settings: RuntimeSettings, interruption_limit: int) -> RuntimeSettings
     return replace(settings, interruption_limit=interruption_limit)
 
 
-def given_back(storage: MemoryStorage, job_id: UUID, attempt: int, interruptions: int) -> None:
-    """Wait until ``job_id`` is released: enqueued again with the attempt it was claimed
-    at (the next claim counts one more), no failure spent, the release in its history."""
+def back_in_queue(storage: MemoryStorage, job_id: UUID, attempt: int, interruptions: int) -> None:
+    """Wait until ``job_id`` is enqueued again at ``attempt``, no failure spent, with
+    ``interruptions`` (and nothing else) in its history."""
     wait_until(
         lambda: (
             (stored(storage, job_id).state, stored(storage, job_id).attempt)
             == (JobState.ENQUEUED, attempt)
         ),
-        f"job {job_id} given back at attempt {attempt}",
+        f"job {job_id} enqueued again at attempt {attempt}",
     )
     job = stored(storage, job_id)
     assert (job.failures, job.worker_id, job.lease_until) == (0, None, None)
     details = storage.get_job_details(job_id)
     assert details is not None
     assert [a.outcome for a in details.attempts] == [AttemptOutcome.INTERRUPTED] * interruptions
+
+
+def given_back(storage: MemoryStorage, job_id: UUID, crashes: int) -> None:
+    """Wait until ``job_id`` is given back: its claim undone, so it is enqueued at the
+    attempt its crashes left it and they alone are in its history."""
+    back_in_queue(storage, job_id, attempt=crashes, interruptions=crashes)
+
+
+def released(storage: MemoryStorage, job_id: UUID, attempt: int) -> None:
+    """Wait until ``job_id``, which ran, is released: charged an interruption like a
+    crash, it keeps the attempt it ran as."""
+    back_in_queue(storage, job_id, attempt=attempt, interruptions=attempt)
 
 
 @pytest.mark.parametrize(
@@ -137,14 +151,14 @@ def test_a_last_chance_job_runs_alone_and_the_rest_of_its_claim_is_given_back(
     thread = start_worker(config=limit(settings, 2))  # one claim of 4 takes all four
     started("suspect")
     for job_id in others:
-        given_back(storage, job_id, attempt=1, interruptions=1)
+        given_back(storage, job_id, crashes=0)
     time.sleep(QUIET)  # time enough to claim them again, were it allowed
     assert thread.worker.stats.claimed == 4
     assert board.calls == [("start", "suspect", frozenset({suspect}))]
 
     board.event("suspect").set()
     for job_id in others:
-        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == 2
+        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == 1
     assert wait_for_state(storage, suspect, JobState.SUCCEEDED).attempt == 2
     calls = board.calls
     assert calls[:2] == [("start", "suspect", frozenset({suspect})), ("end", "suspect")]
@@ -184,43 +198,66 @@ def test_jobs_already_held_finish_and_are_written_before_a_last_chance_job_start
     assert wait_for_state(storage, suspect, JobState.SUCCEEDED).attempt == 2
 
 
-def test_several_last_chance_jobs_of_one_claim_each_run_alone_and_none_is_given_back(
+def test_of_several_last_chance_jobs_in_one_claim_the_first_runs_alone_the_others_go_back(
     client: JobClient,
     storage: MemoryStorage,
     clock: FakeClock,
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    """A release is charged like a crash: giving back a last-chance job would be its
-    poison verdict, so the second one waits, held, for its turn."""
+    """Giving back costs no interruption, so the second last-chance job goes back to the
+    queue uncharged and, claimed again once the first is written, has its own turn."""
     first, second = gated.enqueue("first"), gated.enqueue("second")
     crash_holding(storage, clock)
     lapse(clock)
     fresh = jobs.record.enqueue("fresh")
-    thread = start_worker(config=limit(settings, 2))
+    start_worker(config=limit(settings, 2))
     started("first")
-    given_back(storage, fresh, attempt=1, interruptions=1)
-    time.sleep(QUIET)  # time enough to start the second, were it allowed
-    held = stored(storage, second)
-    assert (held.state, held.worker_id, held.attempt) == (
-        JobState.PROCESSING,
-        thread.worker.worker_id,
-        2,
-    )
+    given_back(storage, second, crashes=1)  # still on its last chance, not past it
+    given_back(storage, fresh, crashes=0)
+    time.sleep(QUIET)  # time enough to claim them again, were it allowed
     assert not board.event("second:started").is_set()
 
     board.event("first").set()
     started("second")
     board.event("second").set()
-    for job_id in (first, second, fresh):
-        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == 2
+    for job_id, attempt in ((first, 2), (second, 2), (fresh, 1)):
+        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == attempt
     assert board.calls == [
-        ("start", "first", frozenset({first, second})),
+        ("start", "first", frozenset({first})),
         ("end", "first"),
-        ("start", "second", frozenset({second})),
+        ("start", "second", frozenset({second})),  # fresh given back once more meanwhile
         ("end", "second"),
         ("record", "fresh"),
     ]
+
+
+def test_a_job_given_back_can_be_claimed_by_another_worker_at_once(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    suspect = gated.enqueue("suspect")
+    crash_holding(storage, clock)
+    lapse(clock)
+    other = jobs.record.enqueue("other")
+    start_worker(config=limit(settings, 2))
+    started("suspect")
+    given_back(storage, other, crashes=0)
+
+    request = ClaimRequest(
+        worker_id="neighbour", queues=frozenset({"default"}), max_count=10, lease=CRASHED_LEASE
+    )
+    (taken,) = storage.claim(request)  # while the suspect still runs
+    assert (taken.id, taken.attempt, taken.failures) == (other, 1, 0)
+    done = outcomes.succeeded(taken, "by the neighbour", clock=clock, config=EngineSettings())
+    assert storage.apply(done)
+    board.event("suspect").set()
+    assert wait_for_state(storage, suspect, JobState.SUCCEEDED).attempt == 2
+    assert stored(storage, other).result == "by the neighbour"
+    assert ("record", "other") not in board.calls
 
 
 def test_jobs_of_the_claim_decided_without_running_are_judged_not_given_back(
@@ -299,14 +336,15 @@ def test_an_async_last_chance_job_runs_alone_on_the_event_loop(
     start_worker(config=limit(settings, 2))
     started("suspect")
     for job_id in others:
-        given_back(storage, job_id, attempt=1, interruptions=1)
+        given_back(storage, job_id, crashes=0)
     assert board.calls == [
         ("start", "suspect", frozenset({suspect})),
         ("thread", "suspect", "millrace-asyncio"),
     ]
     board.event("suspect").set()
-    for job_id in (suspect, *others):
-        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == 2
+    assert wait_for_state(storage, suspect, JobState.SUCCEEDED).attempt == 2
+    for job_id in others:
+        assert wait_for_state(storage, job_id, JobState.SUCCEEDED).attempt == 1
 
 
 # -- stopping during a quarantine -----------------------------------------------------------
@@ -332,7 +370,7 @@ def test_a_stop_gives_back_a_last_chance_job_still_waiting_for_its_turn(
     time.sleep(QUIET)  # time enough to start it, were it allowed
     assert not board.event("suspect:started").is_set()
     thread.worker.request_stop()
-    given_back(storage, suspect, attempt=2, interruptions=2)  # at once, early still runs
+    given_back(storage, suspect, crashes=1)  # at once, while early still runs
     assert thread.alive
     board.event("early").set()
     thread.join()
@@ -353,7 +391,7 @@ def test_a_graceful_stop_lets_a_last_chance_job_running_alone_finish(
     other = jobs.record.enqueue("other")
     thread = start_worker(config=limit(settings, 2))
     started("suspect")
-    given_back(storage, other, attempt=1, interruptions=1)
+    given_back(storage, other, crashes=0)
     thread.worker.request_stop()
     board.event("suspect").set()
     thread.join()
@@ -380,8 +418,8 @@ def test_a_second_stop_request_releases_a_last_chance_job_running_alone(
     )
     thread = start_worker(config=patient)
     started("suspect")
-    given_back(storage, other, attempt=1, interruptions=1)
+    given_back(storage, other, crashes=0)
     thread.worker.request_stop()
     thread.worker.request_stop()
     thread.join()
-    given_back(storage, suspect, attempt=2, interruptions=2)
+    released(storage, suspect, attempt=2)  # it ran: charged like a crash
