@@ -3,6 +3,7 @@ several processes, and the connection hygiene they hand to the runtime."""
 
 from __future__ import annotations
 
+import gc
 import io
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -97,6 +98,13 @@ def test_until_idle_runs_what_is_claimable_and_returns() -> None:
     assert sorted(command_jobs.ran) == [f"job-{n}" for n in range(5)]
     assert all(state_of(job_id) is JobState.SUCCEEDED for job_id in ids)
     assert "5 claimed (5 succeeded)" in output
+
+
+@transactional
+def test_the_worker_hides_its_startup_heap_from_the_garbage_collector() -> None:
+    gc.unfreeze()
+    run("millrace_worker", "--until-idle", "--no-scheduler")
+    assert gc.get_freeze_count() > 0
 
 
 @transactional
