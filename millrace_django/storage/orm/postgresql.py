@@ -204,10 +204,13 @@ _CLAIMED = JobRowReader(_CLAIMED_NAMES)
 
 # Fenced, set-based: a row moves only if it still matches its own transition's
 # (processing, worker, attempt). Each row is found through the uuid index, one probe per
-# transition ("state + 0" keeps the planner from reading every processing row through a
-# state index instead, which costs as many rows as are in flight, and which it prefers
-# whenever its statistics say that few are). A row that moved answers its transition's
-# position in the batch (1-based), cheaper to read back than its uuid.
+# transition. Every fence condition is a condition of the join, none a filter on the job
+# table alone (the state is compared with an expression of the transition's row): a
+# filter makes the planner take the jobs for the few-row side of the join whenever its
+# statistics are thin (a young or just truncated table, a plan made early), and then it
+# reads every in-flight row once per transition, cost that grows with the batch times
+# the rows in flight. A row that moved answers its transition's position in the batch
+# (1-based), cheaper to read back than its uuid.
 _COMPLETE = f"""
 UPDATE {_JOBS} AS j
 SET state = {Code.SUCCEEDED}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
@@ -216,8 +219,8 @@ FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
             %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[],
             %(wake)s::boolean[]) WITH ORDINALITY
      AS t (uuid, worker_id, attempt, failures, finished_at, result, wake, n)
-WHERE j.uuid = t.uuid AND j.state + 0 = {Code.PROCESSING}
-  AND j.worker_id = t.worker_id AND j.attempt = t.attempt
+WHERE j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
+  AND j.state = t.attempt * 0 + {Code.PROCESSING}
 RETURNING t.n{{returning}}"""
 _COMPLETE_PARAMETERS = {
     "ids": "uuid[]",
