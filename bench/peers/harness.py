@@ -36,6 +36,8 @@ RECURRING = "PEER_RECURRING"
 """Environment variable set (to ``1``) for the workers of a recurring measurement."""
 CRON_TOKEN = "cron"
 DRAIN_POLL_SECONDS = 0.02
+WARM_UP_JOBS = 250
+"""No-op jobs per worker process drained before the measurements (every system alike)."""
 WORKER_READY_SECONDS = 60.0
 STOP_SECONDS = 20.0
 
@@ -326,8 +328,10 @@ def measure_pickup(peer: Peer, listener: StampListener, spec: Spec) -> dict[str,
 def warm_up(
     peer: Peer, processes: int, workers: Sequence[subprocess.Popen[bytes]], log: Path
 ) -> None:
-    """Wait until the workers run jobs: a small backlog drained, bounded in time."""
-    count = 4 * processes
+    """Wait until the workers run jobs: a backlog of :data:`WARM_UP_JOBS` per process
+    drained, bounded in time, so that each process (not only the first to wake) has
+    claimed and run jobs before anything is timed."""
+    count = WARM_UP_JOBS * processes
     peer.enqueue_backlog("noop", count)
     deadline = time.monotonic() + WORKER_READY_SECONDS
     while peer.remaining() > 0:
