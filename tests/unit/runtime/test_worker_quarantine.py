@@ -26,7 +26,14 @@ from millrace_django.runtime.quarantine import on_last_chance
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.conftest import StartWorker
-from tests.unit.runtime.helpers import started, steal, stored, wait_for_state, wait_until
+from tests.unit.runtime.helpers import (
+    WorkerThread,
+    started,
+    steal,
+    stored,
+    wait_for_state,
+    wait_until,
+)
 from tests.unit.runtime.jobs import WAIT, board
 
 CRASHED_LEASE = timedelta(seconds=1)
@@ -80,6 +87,27 @@ def lapse(clock: FakeClock) -> None:
 
 def limit(settings: RuntimeSettings, interruption_limit: int) -> RuntimeSettings:
     return replace(settings, interruption_limit=interruption_limit)
+
+
+def suspect_behind_a_running_job(
+    storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings, start_worker: StartWorker
+) -> tuple[UUID, UUID, WorkerThread]:
+    """A worker runs ``early`` when it claims ``suspect`` back on its last chance; returns
+    (suspect, early, the worker's thread) once the suspect has been held, not started,
+    for long enough to have started were it allowed."""
+    suspect = gated.enqueue("suspect")
+    crash_holding(storage, clock)
+    early = gated.enqueue("early")
+    thread = start_worker(config=limit(settings, 2))
+    started("early")
+    lapse(clock)  # the next claim takes the suspect back, on its last chance
+    wait_until(
+        lambda: stored(storage, suspect).worker_id == thread.worker.worker_id,
+        "the suspect claimed by the worker",
+    )
+    time.sleep(QUIET)  # time enough to start it, were it allowed
+    assert not board.event("suspect:started").is_set()
+    return suspect, early, thread
 
 
 def back_in_queue(storage: MemoryStorage, job_id: UUID, attempt: int, interruptions: int) -> None:
@@ -172,18 +200,7 @@ def test_jobs_already_held_finish_and_are_written_before_a_last_chance_job_start
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    suspect = gated.enqueue("suspect")
-    crash_holding(storage, clock)
-    early = gated.enqueue("early")
-    thread = start_worker(config=limit(settings, 2))
-    started("early")
-    lapse(clock)  # the next claim takes the suspect back, on its last chance
-    wait_until(
-        lambda: stored(storage, suspect).worker_id == thread.worker.worker_id,
-        "the suspect claimed by the worker",
-    )
-    time.sleep(QUIET)  # time enough to start it, were it allowed
-    assert not board.event("suspect:started").is_set()
+    suspect, early, _ = suspect_behind_a_running_job(storage, clock, settings, start_worker)
     assert stored(storage, suspect).attempt == 2  # held meanwhile, not given back
 
     board.event("early").set()
@@ -357,18 +374,7 @@ def test_a_stop_gives_back_a_last_chance_job_still_waiting_for_its_turn(
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    suspect = gated.enqueue("suspect")
-    crash_holding(storage, clock)
-    early = gated.enqueue("early")
-    thread = start_worker(config=limit(settings, 2))
-    started("early")
-    lapse(clock)
-    wait_until(
-        lambda: stored(storage, suspect).worker_id == thread.worker.worker_id,
-        "the suspect claimed by the worker",
-    )
-    time.sleep(QUIET)  # time enough to start it, were it allowed
-    assert not board.event("suspect:started").is_set()
+    suspect, early, thread = suspect_behind_a_running_job(storage, clock, settings, start_worker)
     thread.worker.request_stop()
     given_back(storage, suspect, crashes=1)  # at once, while early still runs
     assert thread.alive
