@@ -9,6 +9,7 @@ skipped when unset, except in CI, where it fails.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
+from typing import Any
 from uuid import uuid4
 
 import psycopg
@@ -28,7 +30,11 @@ from millrace_django.contract import ClaimRequest, Invocation, JobRecord, JobSta
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
-from millrace_django.storage.orm.postgresql import COPY_AT_LEAST
+from millrace_django.storage.orm.postgresql import (
+    _COMPLETE_ONLY,
+    COPY_AT_LEAST,
+    complete_parameters,
+)
 from millrace_django.storage.orm.transactions import Transactions
 from millrace_django.storage.orm.vendors import PostgreSQL, vendor_for
 from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
@@ -251,6 +257,43 @@ def test_a_batch_acknowledgement_keeps_odd_worker_ids_and_results_exactly(
             assert (stored.state, stored.result) == (JobState.SUCCEEDED, result), stored
         else:
             assert (stored.state, stored.worker_id) == (JobState.PROCESSING, job.worker_id)
+
+
+def _rows_read(plan: dict[str, Any]) -> int:
+    """Rows the scans of ``plan`` (an ``EXPLAIN (ANALYZE, FORMAT JSON)`` node) read, every
+    loop counted."""
+    here = 0
+    if "Scan" in plan["Node Type"]:
+        rows = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+        here = rows * plan["Actual Loops"]
+    return here + sum(_rows_read(child) for child in plan.get("Plans", ()))
+
+
+def test_an_acknowledgement_reads_each_row_once_however_thin_the_statistics(
+    store: DjangoStoreUnderTest, storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """A plan made early (a young table, one just truncated, no statistics yet) and then
+    reused: its work stays linear in the table and the batch, never the batch times the
+    rows in flight."""
+    storage.enqueue([make_job(clock, queue="thin") for _ in range(300)])
+    in_flight = claim(store, "w1", queues=["thin"], max_count=250)
+    batch = [succeed(job, clock) for job in in_flight[:50]]
+    statement = _COMPLETE_ONLY
+    connection = connections[ALIAS]
+    with transaction.atomic(using=ALIAS), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(statement.prepare.replace(statement.name, "thin_plan", 1))
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) "
+            + statement.execute.replace(statement.name, "thin_plan"),
+            complete_parameters(batch, clock.now()),
+        )
+        (plan,) = cursor.fetchone()
+        cursor.execute("DEALLOCATE thin_plan")
+        transaction.set_rollback(True, using=ALIAS)
+    root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    assert root["Actual Rows"] == len(batch)  # every fence held
+    assert _rows_read(root) <= 300 + 2 * len(batch), json.dumps(root, indent=1)
 
 
 def test_a_statement_in_autocommit_is_bounded_and_leaves_no_setting_behind() -> None:

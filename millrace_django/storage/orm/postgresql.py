@@ -404,6 +404,23 @@ def _copies(jobs: Sequence[JobRecord]) -> bool:
     return len(jobs) >= COPY_AT_LEAST and all(active_scope(job) is None for job in jobs)
 
 
+def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> dict[str, Any]:
+    """The parameters of the acknowledgement of ``transitions`` (successes finished by
+    ``now`` unless they say when). Array literals built here, as for every array parameter
+    of this module: the driver's per-element list adaptation costs several times more."""
+    return {
+        "ids": _plain_array([t.job_id for t in transitions]),
+        "workers": _quoted_array([t.expected_worker_id for t in transitions]),
+        "attempts": _plain_array([t.expected_attempt for t in transitions]),
+        "failures": _plain_array([t.failures for t in transitions]),
+        "finished": _plain_array([(t.finished_at or now).isoformat() for t in transitions]),
+        "results": _quoted_array(
+            [None if t.result is None else _encode_json(t.result) for t in transitions]
+        ),
+        "wake": _plain_array(["t" if t.activate_continuations else "f" for t in transitions]),
+    }
+
+
 # -- the hot path ----------------------------------------------------------------------
 
 
@@ -503,21 +520,8 @@ class PostgresHotPath:
         parents = [t.job_id for t in transitions if t.activate_continuations]
         if parents and channel is None:
             return OrmHotPath().complete(ctx, transitions)
-        now = ctx.clock.now()
         connection = connections[ctx.alias]
-        # Array literals built here (as for every array parameter of this module): the
-        # driver's per-element list adaptation costs several times more.
-        params: dict[str, Any] = {
-            "ids": _plain_array([t.job_id for t in transitions]),
-            "workers": _quoted_array([t.expected_worker_id for t in transitions]),
-            "attempts": _plain_array([t.expected_attempt for t in transitions]),
-            "failures": _plain_array([t.failures for t in transitions]),
-            "finished": _plain_array([(t.finished_at or now).isoformat() for t in transitions]),
-            "results": _quoted_array(
-                [None if t.result is None else _encode_json(t.result) for t in transitions]
-            ),
-            "wake": _plain_array(["t" if t.activate_continuations else "f" for t in transitions]),
-        }
+        params = complete_parameters(transitions, ctx.clock.now())
         with connection.cursor() as cursor:
             if parents:
                 params |= {"parents": parents, "channel": channel}
