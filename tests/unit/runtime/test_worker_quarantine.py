@@ -89,6 +89,22 @@ def limit(settings: RuntimeSettings, interruption_limit: int) -> RuntimeSettings
     return replace(settings, interruption_limit=interruption_limit)
 
 
+def suspect_running_alone(
+    storage: MemoryStorage, clock: FakeClock, start_worker: StartWorker, config: RuntimeSettings
+) -> tuple[UUID, UUID, WorkerThread]:
+    """A worker claims ``suspect`` back on its last chance together with ``other``;
+    returns (suspect, other, the worker's thread) once the suspect runs alone and
+    ``other`` has been given back."""
+    suspect = gated.enqueue("suspect")
+    crash_holding(storage, clock)
+    lapse(clock)
+    other = jobs.record.enqueue("other")
+    thread = start_worker(config=config)
+    started("suspect")
+    given_back(storage, other, crashes=0)
+    return suspect, other, thread
+
+
 def suspect_behind_a_running_job(
     storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings, start_worker: StartWorker
 ) -> tuple[UUID, UUID, WorkerThread]:
@@ -256,13 +272,7 @@ def test_a_job_given_back_can_be_claimed_by_another_worker_at_once(
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    suspect = gated.enqueue("suspect")
-    crash_holding(storage, clock)
-    lapse(clock)
-    other = jobs.record.enqueue("other")
-    start_worker(config=limit(settings, 2))
-    started("suspect")
-    given_back(storage, other, crashes=0)
+    suspect, other, _ = suspect_running_alone(storage, clock, start_worker, limit(settings, 2))
 
     request = ClaimRequest(
         worker_id="neighbour", queues=frozenset({"default"}), max_count=10, lease=CRASHED_LEASE
@@ -391,13 +401,7 @@ def test_a_graceful_stop_lets_a_last_chance_job_running_alone_finish(
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    suspect = gated.enqueue("suspect")
-    crash_holding(storage, clock)
-    lapse(clock)
-    other = jobs.record.enqueue("other")
-    thread = start_worker(config=limit(settings, 2))
-    started("suspect")
-    given_back(storage, other, crashes=0)
+    suspect, other, thread = suspect_running_alone(storage, clock, start_worker, limit(settings, 2))
     thread.worker.request_stop()
     board.event("suspect").set()
     thread.join()
@@ -413,18 +417,13 @@ def test_a_second_stop_request_releases_a_last_chance_job_running_alone(
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    suspect = gated.enqueue("suspect")  # deaf to its cancellation
-    crash_holding(storage, clock)
-    lapse(clock)
-    other = jobs.record.enqueue("other")
     patient = replace(
         limit(settings, 2),
         shutdown_timeout=timedelta(minutes=5),
         shutdown_grace=timedelta(minutes=5),
     )
-    thread = start_worker(config=patient)
-    started("suspect")
-    given_back(storage, other, crashes=0)
+    # The suspect is deaf to its cancellation.
+    suspect, _, thread = suspect_running_alone(storage, clock, start_worker, patient)
     thread.worker.request_stop()
     thread.worker.request_stop()
     thread.join()
