@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from collections.abc import Iterator
 from datetime import datetime
 from uuid import UUID, SafeUUID
 
@@ -25,25 +26,23 @@ _counter = 0
 _DRAWS_PER_READ = 512
 """64-bit random draws read from the OS at once (4 KiB)."""
 _unpack_draws = struct.Struct(f"<{_DRAWS_PER_READ}Q").unpack
-_draws: tuple[int, ...] = ()
-_next_draw = 0
+_draws: Iterator[int] = iter(())
+"""The draws not drawn yet, drawn as ``next(_draws, None) or _fresh_draw()`` (a zero draw,
+one in 2**64, is skipped with the rest of its read)."""
 
 
-def _random64() -> int:
-    """64 random bits (call with ``_lock`` held)."""
-    global _draws, _next_draw
-    if _next_draw == len(_draws):
-        _draws = _unpack_draws(os.urandom(8 * _DRAWS_PER_READ))
-        _next_draw = 0
-    draw = _draws[_next_draw]
-    _next_draw += 1
-    return draw
+def _fresh_draw() -> int:
+    """64 random bits, from a new read once the previous one is all drawn (call with
+    ``_lock`` held)."""
+    global _draws
+    _draws = iter(_unpack_draws(os.urandom(8 * _DRAWS_PER_READ)))
+    return next(_draws)
 
 
 def _forget_draws() -> None:
     """In a forked child: the parent's unused draws would be drawn twice."""
-    global _draws, _next_draw
-    _draws, _next_draw = (), 0
+    global _draws
+    _draws = iter(())
 
 
 os.register_at_fork(after_in_child=_forget_draws)
@@ -66,27 +65,20 @@ def id_at(now: datetime) -> UUID:
             if _counter > 0xFFF:  # 4096 ids in one millisecond: borrow the next one
                 ms += 1
                 _counter = 0
-        else:
-            _counter = _random64() & 0x7FF  # 11 bits: room to count up in this millisecond
+        else:  # 11 bits: room to count up in this millisecond
+            _counter = (next(_draws, None) or _fresh_draw()) & 0x7FF
         _last_ms = ms
         counter = _counter
-        random = _random64() & 0x3FFF_FFFF_FFFF_FFFF  # 62 bits
-    value = (ms & 0xFFFF_FFFF_FFFF) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= random
-    return _uuid(value)
+        random = (next(_draws, None) or _fresh_draw()) & 0x3FFF_FFFF_FFFF_FFFF  # 62 bits
+    # UUID(int=...) without its checks (an id is minted for every job enqueued).
+    minted = _new_uuid(UUID)
+    _set(minted, "int", (ms & 0xFFFF_FFFF_FFFF) << 80 | _VERSION_7 | counter << 64 | random)
+    _set(minted, "is_safe", _SAFE_UNKNOWN)
+    return minted
 
 
+_VERSION_7 = 0x7 << 76 | 0b10 << 62
+"""The version (7) and variant (RFC 9562) bits."""
 _new_uuid = UUID.__new__
 _set = object.__setattr__
-
-
-def _uuid(value: int) -> UUID:
-    """``UUID(int=value)`` for a value known to fit, without the checks (an id is minted
-    for every job enqueued)."""
-    minted = _new_uuid(UUID)
-    _set(minted, "int", value)
-    _set(minted, "is_safe", SafeUUID.unknown)
-    return minted
+_SAFE_UNKNOWN = SafeUUID.unknown

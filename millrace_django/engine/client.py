@@ -43,11 +43,20 @@ from millrace_django.engine.errors import (
 )
 from millrace_django.engine.invocation import capture
 from millrace_django.engine.recurring import occurrence
-from millrace_django.engine.registry import ConfiguredJob, JobLike, JobOptions, unpack
+from millrace_django.engine.registry import (
+    ConfiguredJob,
+    JobDefinition,
+    JobLike,
+    JobOptions,
+    unpack,
+)
 from millrace_django.engine.retry import validate_retry
 from millrace_django.engine.tenancy import current_tenant
 from millrace_django.ids import id_at, new_id
 from millrace_django.observability.telemetry import publish
+
+type _Resolved = tuple[JobDefinition[..., Any], Mapping[str, Any]]
+"""A job's definition, and the record fields its options give (:meth:`JobClient._resolve`)."""
 
 
 class JobClient:
@@ -61,6 +70,7 @@ class JobClient:
         self.storage = storage
         self.clock = clock
         self.config = config
+        self._last_resolved: tuple[JobLike, _Resolved] | None = None
 
     # -- creating jobs --------------------------------------------------------------------
 
@@ -260,6 +270,29 @@ class JobClient:
         parent_id: UUID | None = None,
     ) -> JobRecord:
         """A validated new job record (nothing is written)."""
+        definition, fields = self._resolve(job, key)
+        invocation = capture(definition, args, kwargs)
+        now = self.clock.now()
+        return JobRecord.from_values(
+            dict(
+                fields,
+                id=id_at(now),
+                invocation=invocation,
+                state=state,
+                created_at=now,
+                due_at=due_at,
+                tenant_id=current_tenant(),
+                parent_id=parent_id,
+            )
+        )
+
+    def _resolve(self, job: JobLike, key: str | None) -> _Resolved:
+        """``job``'s definition, and the fields its options give each of its jobs with
+        ``key`` (the queue checked). Without a key, the last job's are kept: a batch, or
+        a loop of enqueues, mostly builds one job many times."""
+        last = self._last_resolved
+        if key is None and last is not None and last[0] is job:
+            return last[1]
         definition, options = unpack(job)
         if key is not None:
             if options.idempotency_key is not None and options.idempotency_key != key:
@@ -267,25 +300,16 @@ class JobClient:
                     "idempotency_key was given both to using() and to the call; give it once"
                 )
             options = JobOptions(idempotency_key=key).over(options)
-        queue = self.queue(options.queue)
-        invocation = capture(definition, args, kwargs)
-        now = self.clock.now()
-        return JobRecord.from_values(
-            {
-                "id": id_at(now),
-                "queue": queue,
-                "invocation": invocation,
-                "state": state,
-                "created_at": now,
-                "priority": options.priority or 0,
-                "due_at": due_at,
-                "retry": options.retry or self.config.default_retry,
-                "timeout": options.timeout,
-                "idempotency_key": options.idempotency_key,
-                "tenant_id": current_tenant(),
-                "parent_id": parent_id,
-            }
-        )
+        fields = {
+            "queue": self.queue(options.queue),
+            "priority": options.priority or 0,
+            "retry": options.retry or self.config.default_retry,
+            "timeout": options.timeout,
+            "idempotency_key": options.idempotency_key,
+        }
+        if key is None:
+            self._last_resolved = (job, (definition, fields))
+        return definition, fields
 
     def queue(self, name: str | None) -> str:
         """``name`` (or the default queue) if some node claims from it."""

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import timedelta
+from datetime import timedelta, timezone
 from functools import partial
 from typing import Any
 from uuid import uuid4
@@ -27,7 +27,9 @@ from django.db import DatabaseError, connections, transaction
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.support import claim, claim_new, make_job, race, succeed
 from millrace_django.contract import ClaimRequest, Invocation, JobRecord, JobState
+from millrace_django.engine.retry import Retry
 from millrace_django.errors import DuplicateJobId
+from millrace_django.ids import new_id
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
 from millrace_django.storage.orm.postgresql import (
@@ -45,6 +47,10 @@ require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, databases=[ALIAS])]
 
 LARGE = COPY_AT_LEAST + 7
+AWKWARD = (
+    "tab\there, line\nbreak, return\r, back\\slash \\N \\t, quote\" ' and \u00fc\u20ac\U0001f600"
+)
+"""Text COPY must escape (and text it must not take for an escape or a NULL)."""
 
 
 @pytest.fixture
@@ -104,7 +110,7 @@ def test_a_large_batch_is_stored_in_batch_order_and_announced(
 def test_a_large_batch_keeps_text_that_copy_must_escape_exactly(
     storage: DjangoStorage, clock: FakeClock
 ) -> None:
-    awkward = 'tab\there, line\nbreak, return\r, back\\slash \\N, quote" and \u00fc\u20ac\U0001f600'
+    awkward = AWKWARD
     odd = make_job(
         clock,
         queue="odd\tqueue",
@@ -123,6 +129,95 @@ def test_a_large_batch_keeps_text_that_copy_must_escape_exactly(
     assert storage.enqueue(batch) == [job.id for job in batch]
     assert storage.get_job(odd.id) == odd
     assert storage.get_job(batch[1].id) == batch[1]
+
+
+def test_a_copied_batch_stores_every_column_as_a_small_batch_does(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    odd = _odd_jobs(clock)
+    plain = [make_job(clock) for _ in range(COPY_AT_LEAST)]
+    # The odd jobs among plain ones, two of them in a row: each row's shared columns differ
+    # from the previous row's, or equal them.
+    batch = [plain[0], odd[0], *plain[1:100], *odd[1:3], *plain[100:300], *odd[3:], *plain[300:]]
+    with wire_messages() as sent:
+        storage.enqueue(batch)
+    assert any(text.startswith("COPY ") for text in sent), sent
+    copied = _stored_columns()
+    Job.objects.using(ALIAS).all().delete()
+
+    small = [*odd, *plain[:2]]
+    with wire_messages() as sent:
+        storage.enqueue(small)
+    assert not any(text.startswith("COPY ") for text in sent), sent
+    inserted = _stored_columns()
+
+    assert len(inserted) == len(small)
+    assert {job_id: copied[job_id] for job_id in inserted} == inserted
+
+
+def _odd_jobs(clock: FakeClock) -> list[JobRecord]:
+    """Jobs whose every column holds a value COPY's text format could get wrong (but an
+    idempotency key: a batch claiming a scope is not copied)."""
+    text = AWKWARD
+    now = clock.now()
+    arguments = Invocation(
+        target="pkg.mod:fn\t\\",
+        args=[text, ["\\", {"k\\": "v\n\\n"}], 1.5, 10**20, None, True, -0.0],
+        kwargs={text: {"nested": ["\\\\", "\\u0041", text]}},
+    )
+    rich = make_job(
+        clock,
+        queue="odd\tqueue\\",
+        invocation=arguments,
+        created_at=now + timedelta(microseconds=1),
+        priority=2**31 - 1,
+        retry=Retry.fixed(timedelta(microseconds=1), 3),
+        timeout=timedelta(days=3, seconds=7, microseconds=1),
+        tenant_id=text,
+        parent_id=uuid4(),
+        requeued_from=uuid4(),
+        trace_parent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        recurring_id=text,
+        last_error=text,
+        result=text,
+        progress={text: [text, {"\\": None}]},
+        workflow_instance_id=uuid4(),
+        activity_node_id="\\",
+    )
+    other_tenant = replace(rich, id=new_id(clock), tenant_id="\\N")
+    scheduled = make_job(
+        clock,
+        queue="other",
+        state=JobState.SCHEDULED,
+        priority=-7,
+        due_at=now + timedelta(hours=1, microseconds=3),
+        created_at=(now + timedelta(microseconds=654_321)).astimezone(
+            timezone(timedelta(hours=5, minutes=30))
+        ),
+        retry=Retry.exponential(4),
+    )
+    worn = make_job(
+        clock,
+        created_at=now + timedelta(seconds=1, microseconds=999_999),
+        worker_id=text,
+        lease_until=now + timedelta(seconds=30, microseconds=10),
+        attempt=3,
+        failures=2,
+        cancel_requested=True,
+        last_error="\r\n",
+        finished_at=now + timedelta(microseconds=999_999),
+        result={"a\tb": "\\"},
+    )
+    return [rich, other_tenant, scheduled, worn]
+
+
+def _stored_columns() -> dict[str, tuple[str | None, ...]]:
+    """Every stored job's columns but its sequence number, as PostgreSQL prints them, by
+    uuid."""
+    columns = ", ".join(f"{f.column}::text" for f in Job._meta.concrete_fields if not f.primary_key)
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {Job._meta.db_table}")
+        return {row[0]: row for row in cursor.fetchall()}
 
 
 def test_a_stored_id_in_a_large_batch_raises_and_stores_nothing(

@@ -4,7 +4,9 @@ enqueued), each one statement, so each runs alone in autocommit: one round trip.
 
 Where the alias allows it, each is prepared once per database session (``PREPARE``, sent
 with its first ``EXECUTE``), so a call pays neither parsing nor planning; see
-:class:`PostgresHotPath`. Same contract as
+:class:`PostgresHotPath`. A prepared statement is then sent on the driver's connection
+without a Django cursor whenever nothing needs to see it (:func:`_sent_directly`), so a
+call pays little Python either. Same contract as
 :class:`~millrace_django.storage.orm.hotpath.OrmHotPath`; table and column names come from
 the models, so the SQL follows the schema.
 """
@@ -14,17 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
+from itertools import batched
 from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
 from django.db import DatabaseError, IntegrityError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
 
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
@@ -101,19 +102,157 @@ class _Statement:
         self.execute = f"EXECUTE {self.name} ({arguments})"
 
 
-def _prepared_here(connection: BaseDatabaseWrapper) -> set[str]:
-    """Names of the statements prepared in ``connection``'s current session (a new
-    driver connection starts an empty set)."""
+class _Session:
+    """What the hot path keeps for one driver connection (one database session): the
+    names of the statements prepared there, and the driver cursor it sends them on."""
+
+    __slots__ = ("_cursor", "prepared", "raw")
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.prepared: set[str] = set()
+        self._cursor: Any = None
+
+    def cursor(self, connection: BaseDatabaseWrapper) -> Any:
+        """The session's driver cursor, made once as Django makes its own (with the time
+        zone of the timestamps it reads): not one cursor, and adapters map, per call."""
+        if self._cursor is None:
+            self._cursor = connection.create_cursor()
+        return self._cursor
+
+
+def _session(connection: BaseDatabaseWrapper) -> _Session:
+    """The hot path's state for ``connection``'s current session (a new driver connection
+    starts afresh)."""
     raw = connection.connection
-    held: tuple[weakref.ref[Any], set[str]] | None = getattr(connection, "_millrace_prepared", None)
-    if held is None or held[0]() is not raw:
-        held = (weakref.ref(raw), set())
-        setattr(connection, "_millrace_prepared", held)  # noqa: B010 (not a Django field)
-    return held[1]
+    session: _Session | None = getattr(connection, "_millrace_session", None)
+    if session is None or session.raw is not raw:
+        session = _Session(raw)
+        setattr(connection, "_millrace_session", session)  # noqa: B010 (not a Django field)
+    return session
 
 
 def _sqlstate(error: DatabaseError) -> str | None:
     return getattr(error.__cause__, "sqlstate", None)
+
+
+# -- sending ---------------------------------------------------------------------------
+
+
+class StatementTimeout:
+    """The ``SET LOCAL statement_timeout`` that bounds one storage call's statements: the
+    prefix of each statement sent in autocommit (its message is its own transaction), of
+    the first one only in a transaction (the setting lasts until the transaction ends).
+
+    Installed as Django's execute wrapper for the statements sent through Django's
+    cursors; the hot path, which sends its statements on the driver's connection itself
+    where nothing else needs to see them, takes the prefix with :meth:`take`.
+    """
+
+    def __init__(self, milliseconds: int) -> None:
+        self.prefix = f"SET LOCAL statement_timeout = {milliseconds}; "
+        self._bounded_transaction = False
+
+    def take(self, connection: BaseDatabaseWrapper) -> str:
+        """The prefix the next statement on ``connection`` needs (empty once the current
+        transaction is bounded)."""
+        in_transaction = connection.in_atomic_block
+        if in_transaction and self._bounded_transaction:
+            return ""
+        self._bounded_transaction = in_transaction
+        return self.prefix
+
+    def __call__(
+        self, execute: Any, sql: str, params: Any, many: bool, context: Mapping[str, Any]
+    ) -> Any:
+        prefix = self.take(context["connection"])
+        if not prefix:
+            return execute(sql, params, many, context)
+        raw = context["cursor"].cursor
+        if many:  # executemany cannot carry a prefix
+            if self._bounded_transaction:
+                raw.execute(prefix)
+            return execute(sql, params, many, context)
+        result = execute(prefix + sql, params, many, context)
+        raw.nextset()  # past the SET's result, to the statement's
+        return result
+
+
+_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+@lru_cache(maxsize=64)
+def _template(sql: str) -> str:
+    """``sql`` with its ``%(name)s`` parameters as :meth:`str.format_map` fields."""
+    return _PARAMETER.sub(r"{\1}", sql.replace("{", "{{").replace("}", "}}"))
+
+
+def _literal(value: object) -> str:
+    """``value`` as a quoted SQL literal where ``standard_conforming_strings`` is on (a
+    backslash is a plain character): its text, read as the prepared statement's
+    parameter type says."""
+    if value is None:
+        return "NULL"
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sent_directly(
+    connection: BaseDatabaseWrapper,
+    session: _Session,
+    parts: Sequence[str],
+    params: Mapping[str, Any],
+    read: bool,
+) -> list[tuple[Any, ...]] | None:
+    """The rows of the last of ``parts`` (if ``read``), sent with their parameters spelled
+    as literals on ``session``'s driver cursor, as one simple query; errors are Django's.
+
+    This skips what a Django cursor costs per call (a new driver cursor, the parameters'
+    conversion by the driver, the execute-wrapper chain), so it is done only where nothing
+    needs to see the statement: ``None`` (send it through Django's cursor) while Django
+    logs queries, while an execute wrapper other than the storage call's
+    :class:`StatementTimeout` watches, where the server reads literals otherwise, or for
+    text the driver refuses (a NUL character).
+    """
+    if connection.queries_logged:
+        return None
+    timeout: StatementTimeout | None = None
+    for wrapper in connection.execute_wrappers:
+        if timeout is not None or not isinstance(wrapper, StatementTimeout):
+            return None
+        timeout = wrapper
+    if session.raw.pgconn.parameter_status(b"standard_conforming_strings") != b"on":
+        return None
+    literals = {name: _literal(value) for name, value in params.items()}
+    sql = "; ".join([_template(part).format_map(literals) for part in parts])
+    if "\x00" in sql:
+        return None
+    if timeout is not None:
+        sql = timeout.take(connection) + sql
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    cursor = session.cursor(connection)
+    with connection.wrap_database_errors:
+        cursor.execute(sql)
+        return _last_rows(cursor) if read else []
+
+
+def _sent(
+    connection: BaseDatabaseWrapper, parts: Sequence[str], params: Mapping[str, Any], read: bool
+) -> list[tuple[Any, ...]]:
+    """The rows of the last of ``parts`` (if ``read``), sent in one message through
+    Django's cursor."""
+    with connection.cursor() as cursor:
+        cursor.execute("; ".join(parts), params)
+        return _last_rows(cursor) if read else []
+
+
+def _last_rows(cursor: Any) -> list[tuple[Any, ...]]:
+    """The rows of the last statement ``cursor`` ran."""
+    while cursor.nextset():
+        pass
+    rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
 
 
 # -- claim -----------------------------------------------------------------------------
@@ -273,18 +412,24 @@ UNION ALL SELECT NULL FROM notified
 # transaction: three more round trips, paid once per batch.
 _INSERTED = [f for f in _FIELDS if not f.primary_key]
 _INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED)
-# COPY takes its columns in any order: those a record holds as they are stored first, as
-# one attrgetter reads them, then those converted (rows.job_values says how).
+# COPY takes its columns in any order, here as text written by _copy_lines: first each
+# row's own values, then the rest, which the rows of a batch mostly share (queue, options,
+# state, target, retry): those a record holds as they are stored, as one attrgetter reads
+# them, then those converted (rows.job_values says how).
+_PER_ROW = ["uuid", "created_at", "arguments", "result", "progress"]
 _AS_STORED = [
-    "queue", "priority", "timeout", "created_at", "due_at", "worker_id", "lease_until",
-    "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
+    "queue", "priority", "timeout", "due_at", "worker_id", "lease_until", "attempt",
+    "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
     "workflow_instance_id", "activity_node_id",
 ]  # fmt: skip
-_CONVERTED = ["uuid", "state", "target", "arguments", "retry", "key_scope", "result", "progress"]
-assert sorted(_AS_STORED + _CONVERTED) == sorted(f.attname for f in _INSERTED)
-_as_stored = attrgetter(*_AS_STORED)
-_COPY = f"COPY {_JOBS} ({', '.join(_q(name) for name in _AS_STORED + _CONVERTED)}) FROM STDIN"
+_CONVERTED = ["target", "state", "retry", "key_scope"]
+_COPIED = _PER_ROW + _AS_STORED + _CONVERTED
+assert sorted(_COPIED) == sorted(f.attname for f in _INSERTED)
+_shared = attrgetter(*_AS_STORED, "invocation.target", "state", "retry")
+_COPY = f"COPY {_JOBS} ({', '.join(_q(name) for name in _COPIED)}) FROM STDIN"
+_COPY_CHUNK = 200
+"""Rows sent at a time: the server reads a chunk while the next one is written."""
 _INSERT_PLAIN = """
 WITH inserted AS (
     INSERT INTO {jobs} ({columns})
@@ -401,7 +546,10 @@ def _insert_error(error: IntegrityError, jobs: Sequence[JobRecord]) -> Exception
 
 
 def _copies(jobs: Sequence[JobRecord]) -> bool:
-    return len(jobs) >= COPY_AT_LEAST and all(active_scope(job) is None for job in jobs)
+    """Whether ``jobs`` are copied in: many, none claiming a scope (few have a key)."""
+    return len(jobs) >= COPY_AT_LEAST and not any(
+        active_scope(job) for job in jobs if job.idempotency_key is not None
+    )
 
 
 def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> dict[str, Any]:
@@ -457,35 +605,40 @@ class PostgresHotPath:
     def _run(
         self,
         connection: BaseDatabaseWrapper,
-        cursor: CursorWrapper,
         statement: _Statement,
         params: Mapping[str, Any],
         before: str = "",
-    ) -> None:
-        """Run ``statement`` (after ``before``, in the same message where messages can
-        carry several statements), leaving ``cursor`` on its rows."""
+        *,
+        read: bool = True,
+    ) -> list[tuple[Any, ...]]:
+        """The rows of ``statement`` (if ``read``: reading them costs), run after
+        ``before`` (in the same message where messages can carry several statements). A
+        prepared statement is sent on the driver's connection directly where nothing else
+        needs to see it (:func:`_sent_directly`): its parameters' types are the
+        statement's own."""
         if not self.several_statements:
-            if before:
-                cursor.execute(before, params)
-            cursor.execute(statement.sql, params)
-            return
+            with connection.cursor() as cursor:
+                if before:
+                    cursor.execute(before, params)
+                cursor.execute(statement.sql, params)
+                return cursor.fetchall() if read else []
         parts = [before] if before else []
-        prepared = _prepared_here(connection) if self.prepare else None
-        if prepared is None:
-            parts.append(statement.sql)
-        else:
-            if statement.name not in prepared:
-                prepared.add(statement.name)  # PREPARE is not undone by a rollback
-                parts.append(statement.prepare)
-            parts.append(statement.execute)
+        if not self.prepare:
+            return _sent(connection, [*parts, statement.sql], params, read)
+        connection.close_if_health_check_failed()  # as Django does before a cursor
+        connection.ensure_connection()
+        session = _session(connection)
+        if statement.name not in session.prepared:
+            session.prepared.add(statement.name)  # PREPARE is not undone by a rollback
+            parts.append(statement.prepare)
+        parts.append(statement.execute)
         try:
-            cursor.execute("; ".join(parts), params)
+            rows = _sent_directly(connection, session, parts, params, read)
+            return rows if rows is not None else _sent(connection, parts, params, read)
         except DatabaseError as error:
-            if prepared is not None and _sqlstate(error) == LOST_PREPARED_STATEMENT:
-                prepared.clear()
+            if _sqlstate(error) == LOST_PREPARED_STATEMENT:
+                session.prepared.clear()
             raise
-        while cursor.nextset():  # to the last statement's rows
-            pass
 
     # -- claim --------------------------------------------------------------------------
 
@@ -503,10 +656,7 @@ class PostgresHotPath:
         else:
             params["queues"] = _quoted_array(sorted(request.queues))
             statement = _CLAIM_QUEUES
-        connection = connections[ctx.alias]
-        with connection.cursor() as cursor:
-            self._run(connection, cursor, statement, params)
-            rows = cursor.fetchall()
+        rows = self._run(connections[ctx.alias], statement, params)
         read, until = _CLAIMED.read, params["until"]
         known = {"state": JobState.PROCESSING, "worker_id": request.worker_id}
         return [
@@ -522,13 +672,12 @@ class PostgresHotPath:
             return OrmHotPath().complete(ctx, transitions)
         connection = connections[ctx.alias]
         params = complete_parameters(transitions, ctx.clock.now())
-        with connection.cursor() as cursor:
-            if parents:
-                params |= {"parents": parents, "channel": channel}
-                self._run(connection, cursor, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
-            else:
-                self._run(connection, cursor, _COMPLETE_ONLY, params)
-            won = {n for (n,) in cursor.fetchall() if n is not None}
+        if parents:
+            params |= {"parents": _plain_array(parents), "channel": channel}
+            rows = self._run(connection, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
+        else:
+            rows = self._run(connection, _COMPLETE_ONLY, params)
+        won = {n for (n,) in rows if n is not None}
         return [n in won for n in range(1, len(transitions) + 1)]
 
     # -- enqueue ------------------------------------------------------------------------
@@ -582,10 +731,7 @@ class PostgresHotPath:
             "channel": channel,
             "queues": _quoted_array(sorted(queues)),
         }
-        with connection.cursor() as cursor:
-            self._run(connection, cursor, statement, params)
-            answers = cursor.fetchall() if keyed else []
-        for n, holder in answers:
+        for n, holder in self._run(connection, statement, params, read=keyed):
             if n is not None:
                 effective[sent[n]] = holder
         for position, job in enumerate(jobs):
@@ -605,21 +751,64 @@ class PostgresHotPath:
             # First, so that it also carries the transaction's statement timeout.
             cursor.execute(_NOTIFY, [channel, _quoted_array(queues)])
             with connection.wrap_database_errors, cursor.cursor.copy(_COPY) as copy:
-                for job in jobs:
-                    copy.write_row(_copy_row(job, ctx.track_scope))
+                for chunk in batched(_copy_lines(jobs, ctx.track_scope), _COPY_CHUNK):
+                    copy.write("".join(chunk))
 
 
-def _copy_row(job: JobRecord, track_scope: bool) -> tuple[Any, ...]:
-    """``job``'s row in ``_COPY``'s column order: what :func:`job_values` stores."""
-    invocation = job.invocation
-    return (
-        *_as_stored(job),
-        job.id,
-        JOB_STATE_CODES[job.state],
-        invocation.target,
-        arguments_text(invocation),
-        _retry_text(job.retry),
-        active_scope(job) if track_scope else None,
-        None if job.result is None else _encode_json(job.result),
-        None if job.progress is None else _encode_json(job.progress),
-    )
+# -- COPY's text format ------------------------------------------------------------------
+
+_NULL = "\\N"
+
+
+def _copy_text(text: str) -> str:
+    """``text`` as COPY reads it back: backslash, tab, newline and carriage return escaped."""
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _copy_value(value: object) -> str:
+    """A value stored as it is, as COPY reads it: the text of the JSON rows of
+    :meth:`PostgresHotPath._insert` (see :func:`_json_value`)."""
+    if value is None:
+        return _NULL
+    if isinstance(value, str):
+        return _copy_text(value)
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, int):
+        return str(value)
+    return str(_json_value(value))
+
+
+class _Escaped(dict[str, str]):
+    """Texts as COPY reads them, each distinct one escaped once (the jobs of a batch
+    mostly share their target, retry policy, arguments)."""
+
+    def __missing__(self, text: str) -> str:
+        escaped = self[text] = _copy_text(text)
+        return escaped
+
+
+def _copy_lines(jobs: Sequence[JobRecord], track_scope: bool) -> Iterator[str]:
+    """The rows of ``jobs`` in COPY's text format, in ``_COPY``'s column order: what
+    :func:`job_values` stores. The columns rows share are written once per run of rows
+    whose values are equal."""
+    escaped = _Escaped()
+    previous: object = None
+    shared_text = ""
+    for job in jobs:
+        shared = _shared(job)
+        if shared != previous:
+            *stored, target, state, retry = shared
+            scope = active_scope(job) if track_scope else None
+            texts = [escaped[target], str(JOB_STATE_CODES[state]), escaped[_retry_text(retry)]]
+            previous, shared_text = (
+                shared,
+                "\t".join([*map(_copy_value, stored), *texts, _copy_value(scope)]),
+            )
+        result, progress = job.result, job.progress
+        yield (
+            f"{job.id.hex}\t{job.created_at.isoformat()}\t"
+            f"{escaped[arguments_text(job.invocation)]}\t"
+            f"{_NULL if result is None else escaped[_encode_json(result)]}\t"
+            f"{_NULL if progress is None else escaped[_encode_json(progress)]}\t{shared_text}\n"
+        )

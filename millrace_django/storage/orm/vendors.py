@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -26,6 +26,7 @@ from millrace_django.storage.orm.postgresql import (
     DUPLICATE_PREPARED_STATEMENT,
     LOST_PREPARED_STATEMENT,
     PostgresHotPath,
+    StatementTimeout,
 )
 
 _SQLITE_PROGRESS_STEPS = 10_000
@@ -60,12 +61,11 @@ class Vendor:
         """Why this alias's settings would break the provider's guarantees, if they do."""
         return []
 
-    @contextmanager
     def statement_timeout(
         self, connection: BaseDatabaseWrapper, timeout: timedelta
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[object]:
         """Bound every statement run inside the block (one storage call)."""
-        yield
+        return nullcontext()
 
     def begin(self, connection: BaseDatabaseWrapper, timeout: timedelta) -> None:
         """First statement of a storage-owned transaction."""
@@ -100,9 +100,11 @@ class PostgreSQL(Vendor):
     a shared alias). A storage call that is one statement runs in autocommit (the
     message is its own implicit transaction: no ``BEGIN``/``COMMIT`` round trips); one
     of several statements runs in a transaction whose first statement carries the
-    prefix. That needs Django's default client-side binding cursors; with
-    ``OPTIONS["server_side_binding"]`` (which cannot send two statements at once) every
-    call runs in a transaction that starts with ``set_config``, one round trip more."""
+    prefix (:class:`~.postgresql.StatementTimeout`, which the hot path also reads for the
+    statements it sends without a Django cursor). That needs Django's default client-side
+    binding cursors; with ``OPTIONS["server_side_binding"]`` (which cannot send two
+    statements at once) every call runs in a transaction that starts with
+    ``set_config``, one round trip more."""
 
     current_time_sql = "SELECT clock_timestamp()"  # not now(): the transaction's start
 
@@ -129,33 +131,12 @@ class PostgreSQL(Vendor):
             prepare=not settings.get("DISABLE_SERVER_SIDE_CURSORS"),
         )
 
-    @contextmanager
     def statement_timeout(
         self, connection: BaseDatabaseWrapper, timeout: timedelta
-    ) -> Iterator[None]:
+    ) -> AbstractContextManager[object]:
         if not self.client_binding or connection.in_atomic_block:
-            yield  # a caller's transaction keeps its own settings
-            return
-        prefix = f"SET LOCAL statement_timeout = {_milliseconds(timeout)}; "
-        transaction_bounded = False
-
-        def bounded(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            nonlocal transaction_bounded
-            in_transaction = context["connection"].in_atomic_block
-            if in_transaction and transaction_bounded:
-                return execute(sql, params, many, context)
-            transaction_bounded = in_transaction
-            raw = context["cursor"].cursor
-            if many:  # executemany cannot carry a prefix
-                if in_transaction:
-                    raw.execute(prefix)
-                return execute(sql, params, many, context)
-            result = execute(prefix + sql, params, many, context)
-            raw.nextset()  # past the SET's result, to the statement's
-            return result
-
-        with connection.execute_wrapper(bounded):
-            yield
+            return nullcontext()  # a caller's transaction keeps its own settings
+        return connection.execute_wrapper(StatementTimeout(_milliseconds(timeout)))
 
     def begin(self, connection: BaseDatabaseWrapper, timeout: timedelta) -> None:
         if self.client_binding:
