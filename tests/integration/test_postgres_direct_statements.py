@@ -110,7 +110,7 @@ def _stored(storage: DjangoStorage, job_id: Any) -> JobRecord:
 def _purposes_of(storage: DjangoStorage) -> set[str]:
     """The hot statements :func:`exercise` runs on ``storage``."""
     keyed = "insert_scoped" if storage._jobs._ctx.track_scope else "insert_keyed"
-    return {"insert", keyed, "claim", "claim_queues", "complete", "complete_wake"}
+    return {"insert", keyed, "claim", "claim_queues", "complete", "wake"}
 
 
 @contextmanager

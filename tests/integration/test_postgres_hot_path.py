@@ -26,14 +26,21 @@ from django.db import DatabaseError, connections, transaction
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.support import claim, claim_new, make_job, race, succeed
-from millrace_django.contract import ClaimRequest, Invocation, JobRecord, JobState
+from millrace_django.contract import (
+    ClaimRequest,
+    Invocation,
+    JobRecord,
+    JobState,
+    JobTransition,
+)
 from millrace_django.engine.retry import Retry
 from millrace_django.errors import DuplicateJobId
 from millrace_django.ids import new_id
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
 from millrace_django.storage.orm.postgresql import (
-    _COMPLETE_ONLY,
+    _COMPLETE,
+    _PROBE_BY_INDEX,
     COPY_AT_LEAST,
     complete_parameters,
 )
@@ -373,7 +380,7 @@ def test_an_acknowledgement_reads_each_row_once_however_thin_the_statistics(
     storage.enqueue([make_job(clock, queue="thin") for _ in range(300)])
     in_flight = claim(store, "w1", queues=["thin"], max_count=250)
     batch = [succeed(job, clock) for job in in_flight[:50]]
-    statement = _COMPLETE_ONLY
+    statement = _COMPLETE
     connection = connections[ALIAS]
     with transaction.atomic(using=ALIAS), connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -389,6 +396,51 @@ def test_an_acknowledgement_reads_each_row_once_however_thin_the_statistics(
     root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
     assert root["Actual Rows"] == len(batch)  # every fence held
     assert _rows_read(root) <= 300 + 2 * len(batch), json.dumps(root, indent=1)
+
+
+def _explained_acknowledgement(
+    batch: list[JobTransition], clock: FakeClock, before: str
+) -> dict[str, Any]:
+    """The executed plan of the acknowledgement of ``batch``, sent after ``before`` as the
+    hot path sends it (rolled back)."""
+    connection = connections[ALIAS]
+    with transaction.atomic(using=ALIAS), connection.cursor() as cursor:
+        if before:
+            cursor.execute(before)
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + _COMPLETE.sql,
+            complete_parameters(batch, clock.now()),
+        )
+        (plan,) = cursor.fetchone()
+        transaction.set_rollback(True, using=ALIAS)
+    root: dict[str, Any] = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+    return root
+
+
+def _scans_of_jobs(plan: dict[str, Any]) -> list[str]:
+    kind = plan["Node Type"]
+    here = [kind] if "Scan" in kind and plan.get("Relation Name") == Job._meta.db_table else []
+    return here + [scan for child in plan.get("Plans", ()) for scan in _scans_of_jobs(child)]
+
+
+def test_a_large_acknowledgement_probes_its_rows_however_small_the_table_looks(
+    store: DjangoStoreUnderTest, storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """600 transitions in a table of 3,000 jobs: costed alone, a hash join over every job
+    looks cheaper than 600 probes (and a table the statistics take for small makes it
+    look cheaper still); the acknowledgement is sent with the planner told to probe."""
+    storage.enqueue([make_job(clock) for _ in range(3000)])
+    in_flight = claim(store, "w1", max_count=3000)
+    storage.apply_many([succeed(job, clock) for job in in_flight[600:]])
+    batch = [succeed(job, clock) for job in in_flight[:600]]
+
+    unguided = _explained_acknowledgement(batch, clock, "")
+    probed = _explained_acknowledgement(batch, clock, _PROBE_BY_INDEX)
+
+    assert "Seq Scan" in _scans_of_jobs(unguided), "the planner no longer needs telling"
+    assert _scans_of_jobs(probed) == ["Index Scan"], json.dumps(probed, indent=1)
+    assert probed["Actual Rows"] == len(batch)
+    assert _rows_read(probed) <= 2 * len(batch), json.dumps(probed, indent=1)
 
 
 def test_a_statement_in_autocommit_is_bounded_and_leaves_no_setting_behind() -> None:
@@ -440,6 +492,7 @@ def test_claim_acknowledge_and_enqueue_are_one_round_trip_each(
 
     assert len(sent) == 3, sent
     assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
+    assert _PROBE_BY_INDEX in sent[2], "the acknowledgement is sent with the planner told to probe"
 
 
 @contextmanager

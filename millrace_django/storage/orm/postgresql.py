@@ -203,9 +203,11 @@ def _sent_directly(
     parts: Sequence[str],
     params: Mapping[str, Any],
     read: bool,
+    trailing: int = 0,
 ) -> list[tuple[Any, ...]] | None:
-    """The rows of the last of ``parts`` (if ``read``), sent with their parameters spelled
-    as literals on ``session``'s driver cursor, as one simple query; errors are Django's.
+    """The rows of the last of ``parts`` but ``trailing`` (if ``read``), sent with their
+    parameters spelled as literals on ``session``'s driver cursor, as one simple query;
+    errors are Django's.
 
     This skips what a Django cursor costs per call (a new driver cursor, the parameters'
     conversion by the driver, the execute-wrapper chain), so it is done only where nothing
@@ -234,25 +236,30 @@ def _sent_directly(
     cursor = session.cursor(connection)
     with connection.wrap_database_errors:
         cursor.execute(sql)
-        return _last_rows(cursor) if read else []
+        return _rows_of(cursor, trailing) if read else []
 
 
 def _sent(
-    connection: BaseDatabaseWrapper, parts: Sequence[str], params: Mapping[str, Any], read: bool
+    connection: BaseDatabaseWrapper,
+    parts: Sequence[str],
+    params: Mapping[str, Any],
+    read: bool,
+    trailing: int = 0,
 ) -> list[tuple[Any, ...]]:
-    """The rows of the last of ``parts`` (if ``read``), sent in one message through
-    Django's cursor."""
+    """The rows of the last of ``parts`` but ``trailing`` (if ``read``), sent in one
+    message through Django's cursor."""
     with connection.cursor() as cursor:
         cursor.execute("; ".join(parts), params)
-        return _last_rows(cursor) if read else []
+        return _rows_of(cursor, trailing) if read else []
 
 
-def _last_rows(cursor: Any) -> list[tuple[Any, ...]]:
-    """The rows of the last statement ``cursor`` ran."""
-    while cursor.nextset():
-        pass
-    rows: list[tuple[Any, ...]] = cursor.fetchall()
-    return rows
+def _rows_of(cursor: Any, trailing: int) -> list[tuple[Any, ...]]:
+    """The rows of the statement ``cursor`` ran ``trailing`` statements before its last."""
+    results: list[list[tuple[Any, ...]]] = []
+    while True:
+        results.append(cursor.fetchall() if cursor.description is not None else [])
+        if not cursor.nextset():
+            return results[-1 - trailing]
 
 
 # -- claim -----------------------------------------------------------------------------
@@ -350,53 +357,61 @@ _CLAIMED = JobRowReader(_CLAIMED_NAMES)
 # reads every in-flight row once per transition, cost that grows with the batch times
 # the rows in flight. A row that moved answers its transition's position in the batch
 # (1-based), cheaper to read back than its uuid.
-_COMPLETE = f"""
+_COMPLETE = _Statement(
+    "complete",
+    f"""
 UPDATE {_JOBS} AS j
 SET state = {Code.SUCCEEDED}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
     failures = t.failures, finished_at = t.finished_at, result = t.result
 FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
-            %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[],
-            %(wake)s::boolean[]) WITH ORDINALITY
-     AS t (uuid, worker_id, attempt, failures, finished_at, result, wake, n)
+            %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[])
+     WITH ORDINALITY AS t (uuid, worker_id, attempt, failures, finished_at, result, n)
 WHERE j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
   AND j.state = t.attempt * 0 + {Code.PROCESSING}
-RETURNING t.n{{returning}}"""
-_COMPLETE_PARAMETERS = {
-    "ids": "uuid[]",
-    "workers": "text[]",
-    "attempts": "integer[]",
-    "failures": "integer[]",
-    "finished": "timestamptz[]",
-    "results": "jsonb[]",
-    "wake": "boolean[]",
-}
-_COMPLETE_ONLY = _Statement("complete", _COMPLETE.format(returning=""), _COMPLETE_PARAMETERS)
+RETURNING t.n""",
+    {
+        "ids": "uuid[]",
+        "workers": "text[]",
+        "attempts": "integer[]",
+        "failures": "integer[]",
+        "finished": "timestamptz[]",
+        "results": "jsonb[]",
+    },
+)
 
-# When successes wake their continuations: the awaiting children of the jobs that won
-# their fence become enqueued and their queues are announced, in the same statement. The
-# parents' rows are locked by a statement of their own first (sent in the same message),
-# so the acknowledgement's snapshot, taken after that lock, sees every continuation an
-# enqueue committed while holding it (an enqueue fixes a continuation up under its
-# parent's row lock).
-_LOCK_PARENTS = (
-    f"SELECT FROM {_JOBS} WHERE uuid = ANY(%(parents)s::uuid[]) ORDER BY uuid FOR UPDATE"
+# Even so, a batch that is large next to the table (hundreds of transitions, a table of
+# a few thousand rows, or one the statistics still take for small) is costed cheaper as
+# a hash join over a sequential scan of every job than as one probe per transition, and
+# a drain on a young table then reads all of it per acknowledgement (50-120 ms, where the
+# probes take a few). The planner is told to probe: the statement's only sane plan. Sent
+# before the acknowledgement in its own message; in a caller's transaction (where SET
+# LOCAL would outlive the call) the planner chooses.
+_PROBE_BY_INDEX = (
+    "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; "
+    "SET LOCAL enable_mergejoin = off"
 )
-_COMPLETE_AND_WAKE = _Statement(
-    "complete_wake",
+
+# Successes that wake their continuations: after the acknowledgement, in the same
+# message (one transaction), the awaiting children of the parents now succeeded become
+# enqueued and their queues are announced. A statement of its own, so that its snapshot
+# is taken after the acknowledgement's: an enqueue fixes a continuation up under its
+# parent's row lock (inserts.py), so either it committed before the acknowledgement
+# could update the parent (and this snapshot sees the child), or it waits for this
+# transaction and then sees the parent succeeded. Children of a parent whose fence
+# failed stay awaiting (that parent is not succeeded).
+_WAKE = _Statement(
+    "wake",
     f"""
-WITH done AS ({_COMPLETE.format(returning=", t.uuid, t.wake")}
-), woken AS (
+WITH woken AS (
     UPDATE {_JOBS} AS c SET state = {Code.ENQUEUED}, due_at = NULL
-    FROM done
-    WHERE done.wake AND c.parent_id = done.uuid AND c.state = {Code.AWAITING}
+    FROM {_JOBS} AS p
+    WHERE c.parent_id = ANY(%(parents)s::uuid[]) AND c.state = {Code.AWAITING}
+      AND p.uuid = c.parent_id AND p.state = {Code.SUCCEEDED}
     RETURNING c.queue
-), notified AS (
-    SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 )
-SELECT n FROM done
-UNION ALL SELECT NULL FROM notified
+SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 """,
-    {**_COMPLETE_PARAMETERS, "channel": "text"},
+    {"parents": "uuid[]", "channel": "text"},
 )
 
 
@@ -565,7 +580,6 @@ def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> 
         "results": _quoted_array(
             [None if t.result is None else _encode_json(t.result) for t in transitions]
         ),
-        "wake": _plain_array(["t" if t.activate_continuations else "f" for t in transitions]),
     }
 
 
@@ -608,33 +622,46 @@ class PostgresHotPath:
         statement: _Statement,
         params: Mapping[str, Any],
         before: str = "",
+        after: _Statement | None = None,
         *,
         read: bool = True,
     ) -> list[tuple[Any, ...]]:
         """The rows of ``statement`` (if ``read``: reading them costs), run after
-        ``before`` (in the same message where messages can carry several statements). A
-        prepared statement is sent on the driver's connection directly where nothing else
-        needs to see it (:func:`_sent_directly`): its parameters' types are the
-        statement's own."""
+        ``before`` and before ``after`` (in the same message where messages can carry
+        several statements). A prepared statement is sent on the driver's connection
+        directly where nothing else needs to see it (:func:`_sent_directly`): its
+        parameters' types are the statement's own."""
+        statements = [statement] if after is None else [statement, after]
         if not self.several_statements:
             with connection.cursor() as cursor:
                 if before:
                     cursor.execute(before, params)
                 cursor.execute(statement.sql, params)
-                return cursor.fetchall() if read else []
-        parts = [before] if before else []
+                rows: list[tuple[Any, ...]] = cursor.fetchall() if read else []
+                if after is not None:
+                    cursor.execute(after.sql, params)
+                return rows
         if not self.prepare:
-            return _sent(connection, [*parts, statement.sql], params, read)
+            parts = [before] if before else []
+            parts += [sent.sql for sent in statements]
+            return _sent(connection, parts, params, read, trailing=len(statements) - 1)
         connection.close_if_health_check_failed()  # as Django does before a cursor
         connection.ensure_connection()
         session = _session(connection)
-        if statement.name not in session.prepared:
-            session.prepared.add(statement.name)  # PREPARE is not undone by a rollback
-            parts.append(statement.prepare)
-        parts.append(statement.execute)
+        parts = [before] if before else []
+        trailing = 0  # statements after ``statement``'s EXECUTE
+        for sent in statements:
+            if sent.name not in session.prepared:
+                session.prepared.add(sent.name)  # PREPARE is not undone by a rollback
+                parts.append(sent.prepare)
+                trailing += sent is not statement
+            parts.append(sent.execute)
+            trailing += sent is not statement
         try:
-            rows = _sent_directly(connection, session, parts, params, read)
-            return rows if rows is not None else _sent(connection, parts, params, read)
+            direct = _sent_directly(connection, session, parts, params, read, trailing)
+            return (
+                direct if direct is not None else _sent(connection, parts, params, read, trailing)
+            )
         except DatabaseError as error:
             if _sqlstate(error) == LOST_PREPARED_STATEMENT:
                 session.prepared.clear()
@@ -672,12 +699,13 @@ class PostgresHotPath:
             return OrmHotPath().complete(ctx, transitions)
         connection = connections[ctx.alias]
         params = complete_parameters(transitions, ctx.clock.now())
+        before = "" if connection.in_atomic_block else _PROBE_BY_INDEX
+        wake = None
         if parents:
             params |= {"parents": _plain_array(parents), "channel": channel}
-            rows = self._run(connection, _COMPLETE_AND_WAKE, params, _LOCK_PARENTS)
-        else:
-            rows = self._run(connection, _COMPLETE_ONLY, params)
-        won = {n for (n,) in rows if n is not None}
+            wake = _WAKE
+        rows = self._run(connection, _COMPLETE, params, before, wake)
+        won = {n for (n,) in rows}
         return [n in won for n in range(1, len(transitions) + 1)]
 
     # -- enqueue ------------------------------------------------------------------------
