@@ -384,8 +384,9 @@ RETURNING t.n""",
 # a hash join over a sequential scan of every job than as one probe per transition, and
 # a drain on a young table then reads all of it per acknowledgement (50-120 ms, where the
 # probes take a few). The planner is told to probe: the statement's only sane plan. Sent
-# before the acknowledgement in its own message; in a caller's transaction (where SET
-# LOCAL would outlive the call) the planner chooses.
+# before the acknowledgement in its own message, when that message is its own
+# transaction; inside an open transaction (a caller's, where SET LOCAL would outlive the
+# call, or the storage's own under server-side binding) the planner chooses.
 _PROBE_BY_INDEX = (
     "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; "
     "SET LOCAL enable_mergejoin = off"
