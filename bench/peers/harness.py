@@ -36,6 +36,13 @@ RECURRING = "PEER_RECURRING"
 """Environment variable set (to ``1``) for the workers of a recurring measurement."""
 CRON_TOKEN = "cron"
 DRAIN_POLL_SECONDS = 0.02
+"""Shortest pause between two counts of a drain's remaining jobs..."""
+DRAIN_POLL_SHARE = 0.5
+"""...and the share of the drain's expected time left it waits instead, once that is
+longer (never more than half the time elapsed, while the pace is still settling). A
+count is a scan of the system's table, for the systems that keep finished jobs one of
+every job drained so far: counting every 20 ms would take from the database a good part
+of the time being measured. Near the end the pause is back to 20 ms."""
 WARM_UP_JOBS = 250
 """No-op jobs per worker process drained before the measurements (every system alike)."""
 WORKER_READY_SECONDS = 60.0
@@ -237,10 +244,20 @@ def wait_drained(peer: Peer, count: int, cap: float, start: float) -> tuple[int,
     (jobs done, seconds, capped)."""
     while True:
         left = peer.remaining()
-        now = time.perf_counter()
-        if left <= 0 or now - start >= cap:
-            return count - max(left, 0), now - start, left > 0
-        time.sleep(DRAIN_POLL_SECONDS)
+        elapsed = time.perf_counter() - start
+        if left <= 0 or elapsed >= cap:
+            return count - max(left, 0), elapsed, left > 0
+        time.sleep(min(drain_poll_pause(count, left, elapsed), cap - elapsed))
+
+
+def drain_poll_pause(count: int, left: int, elapsed: float) -> float:
+    """Seconds until the next count of a drain with ``left`` of ``count`` jobs to go
+    after ``elapsed`` seconds (see :data:`DRAIN_POLL_SHARE`)."""
+    done = count - left
+    if done <= 0:
+        return DRAIN_POLL_SECONDS
+    expected_left = elapsed * left / done
+    return max(DRAIN_POLL_SECONDS, min(DRAIN_POLL_SHARE * expected_left, elapsed / 2))
 
 
 def measure_drain(peer: Peer, kind: str, count: int, cap: float) -> dict[str, Any]:
