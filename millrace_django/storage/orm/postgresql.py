@@ -532,9 +532,15 @@ def _retry_text(retry: RetrySpec) -> str:
 
 
 def _plain_array(values: Sequence[object]) -> str:
-    """A PostgreSQL array literal of values whose text needs no quoting (numbers,
-    UUIDs, ISO timestamps, booleans as ``t``/``f``)."""
+    """A PostgreSQL array literal of values whose text needs no quoting (numbers, ISO
+    timestamps, booleans as ``t``/``f``)."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def _uuid_array(ids: Sequence[UUID]) -> str:
+    """A ``uuid[]`` literal, each id as its 32 hex digits: PostgreSQL reads that form as
+    well as the hyphenated one, which takes Python five times longer to write."""
+    return "{" + ",".join([id_.hex for id_ in ids]) + "}"
 
 
 def _quoted_array(values: Sequence[str | None]) -> str:
@@ -573,7 +579,7 @@ def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> 
     ``now`` unless they say when). Array literals built here, as for every array parameter
     of this module: the driver's per-element list adaptation costs several times more."""
     return {
-        "ids": _plain_array([t.job_id for t in transitions]),
+        "ids": _uuid_array([t.job_id for t in transitions]),
         "workers": _quoted_array([t.expected_worker_id for t in transitions]),
         "attempts": _plain_array([t.expected_attempt for t in transitions]),
         "failures": _plain_array([t.failures for t in transitions]),
@@ -703,7 +709,7 @@ class PostgresHotPath:
         before = "" if connection.in_atomic_block else _PROBE_BY_INDEX
         wake = None
         if parents:
-            params |= {"parents": _plain_array(parents), "channel": channel}
+            params |= {"parents": _uuid_array(parents), "channel": channel}
             wake = _WAKE
         rows = self._run(connection, _COMPLETE, params, before, wake)
         won = {n for (n,) in rows}
