@@ -72,11 +72,11 @@ def job_codes(states: frozenset[JobState] | set[JobState]) -> list[int]:
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
-_LISTED_BY_STATE = job_codes(set(JobState) - {JobState.PROCESSING, JobState.SUCCEEDED})
-"""States the job list finds through an index of their own. A claim (to processing) and
-a success (to succeeded), the two writes every job makes, then add no entry to it: the
-list finds processing jobs through ``millrace_job_leased`` (few rows) and succeeded ones
-through ``millrace_job_monitor`` (most rows)."""
+_LISTED_BY_STATE = job_codes(set(JobState) - {JobState.PROCESSING})
+"""States the job list reads newest first through ``millrace_job_monitor_state``, one
+state at a time (and merges). A claim (to processing) adds no entry to it: the list
+finds processing jobs, few, through ``millrace_job_leased``. No index holds every job
+in that order, which would take an entry at each of a job's writes."""
 
 
 class Job(models.Model):
@@ -156,7 +156,6 @@ class Job(models.Model):
                 condition=Q(recurring_id__isnull=False),
                 lead=[],
             ),
-            models.Index(name="millrace_job_monitor", fields=["-created_at", "-uuid"]),
             PartialIndex(
                 name="millrace_job_monitor_state",
                 fields=["state", "-created_at", "-uuid"],

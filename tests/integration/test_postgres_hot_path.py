@@ -23,12 +23,14 @@ from uuid import uuid4
 import psycopg
 import pytest
 from django.db import DatabaseError, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.support import claim, claim_new, make_job, race, succeed
 from millrace_django.contract import (
     ClaimRequest,
     Invocation,
+    JobQuery,
     JobRecord,
     JobState,
     JobTransition,
@@ -396,6 +398,43 @@ def test_an_acknowledgement_reads_each_row_once_however_thin_the_statistics(
     root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
     assert root["Actual Rows"] == len(batch)  # every fence held
     assert _rows_read(root) <= 300 + 2 * len(batch), json.dumps(root, indent=1)
+
+
+@pytest.mark.parametrize(
+    "states",
+    [frozenset(), frozenset({JobState.SUCCEEDED}), frozenset({JobState.PROCESSING})],
+    ids=["all", "succeeded", "processing"],
+)
+def test_the_job_list_reads_about_a_page_per_state_however_many_jobs(
+    store: DjangoStoreUnderTest,
+    storage: DjangoStorage,
+    clock: FakeClock,
+    states: frozenset[JobState],
+) -> None:
+    """No index holds every job newest first (each of a job's writes would add an entry
+    to it): the dashboard's list reads each state newest first through an index of its
+    own and merges, a page or so per state among 3,000 jobs."""
+    storage.enqueue([make_job(clock) for _ in range(3000)])
+    in_flight = claim(store, "w1", max_count=2900)
+    storage.apply_many([succeed(job, clock) for job in in_flight[100:]])
+    connection = connections[ALIAS]
+    with connection.cursor() as cursor:  # statistics, as autovacuum keeps for such a table
+        cursor.execute(f'ANALYZE "{Job._meta.db_table}"')
+
+    with CaptureQueriesContext(connection) as listed:
+        page = store.monitoring.query_jobs(JobQuery(states=states, limit=50))
+
+    assert len(page.items) == 50 and page.next_cursor is not None
+    sent = [query["sql"] for query in listed.captured_queries]
+    reads = [sql[sql.index("SELECT") :] for sql in sent if "SELECT" in sql]  # after SET LOCAL
+    assert reads, sent
+    with connection.cursor() as cursor:
+        for read in reads:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + read)
+            (plan,) = cursor.fetchone()
+            root = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+            assert "Seq Scan" not in _scans_of_jobs(root), json.dumps(root, indent=1)
+            assert _rows_read(root) <= 200, json.dumps(root, indent=1)
 
 
 def _explained_acknowledgement(

@@ -6,7 +6,8 @@ page exists, and never count.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -82,23 +83,35 @@ def created_q(after: datetime | None, before: datetime | None) -> Q:
 
 
 def _newest_first_page[Row: Model, Item](
-    rows: QuerySet[Row],
+    sources: Sequence[QuerySet[Row]],
     vendor: Vendor,
     id_field: str,
     cursor: str | None,
     limit: int,
     summarize: Callable[[Row], Item],
 ) -> Page[Item]:
-    """Keyset page over ``(created_at, id)`` descending, ids in RFC 4122 byte order."""
+    """Keyset page over ``(created_at, id)`` descending, ids in RFC 4122 byte order, of
+    the rows of ``sources`` (disjoint): each is read in that order through an index of
+    its own, and their heads are merged."""
     after = decode_time_id(cursor) if cursor is not None else None
     size = clamp_limit(limit)
-    fetched = list(newest_first(rows, vendor, id_field, after, size + 1))
+    heads = [list(newest_first(rows, vendor, id_field, after, size + 1)) for rows in sources]
+    fetched = heads[0] if len(heads) == 1 else _merged(heads, id_field)[: size + 1]
     page = fetched[:size]
     next_cursor = None
     if len(fetched) > size:
         last = page[-1]
         next_cursor = encode_time_id(last.created_at, getattr(last, id_field))  # type: ignore[attr-defined]
     return Page(items=[summarize(row) for row in page], next_cursor=next_cursor)
+
+
+def _merged[Row: Model](heads: list[list[Row]], id_field: str) -> list[Row]:
+    """Newest-first lists merged into one (a UUID compares as its RFC 4122 bytes do)."""
+
+    def key(row: Row) -> tuple[datetime, UUID]:
+        return row.created_at, getattr(row, id_field)  # type: ignore[attr-defined]
+
+    return list(heapq.merge(*heads, key=key, reverse=True))
 
 
 def summarize_job(row: Job) -> JobSummary:
@@ -170,16 +183,18 @@ class OrmMonitoring:
             .only(*_SUMMARY_FIELDS)
             .filter(tenant_q(query.tenant), created_q(query.created_after, query.created_before))
         )
-        if query.states:
-            rows = rows.filter(state__in=[JOB_STATE_CODES[s] for s in query.states])
         if query.queue is not None:
             rows = rows.filter(queue=query.queue)
         needle = (query.target_contains or "").strip()
         if needle:
             rows = rows.filter(target__icontains=needle)
+        # One source per state: each is read newest first through an index (see
+        # models.Job), where all states at once have none to be read in that order.
+        codes = sorted(JOB_STATE_CODES[state] for state in (query.states or JobState))
+        per_state = [rows.filter(state=code) for code in codes]
         return self._ctx.tx.read(
             lambda: _newest_first_page(
-                rows, self._ctx.vendor, "uuid", query.cursor, query.limit, summarize_job
+                per_state, self._ctx.vendor, "uuid", query.cursor, query.limit, summarize_job
             )
         )
 
@@ -217,7 +232,7 @@ class OrmMonitoring:
                 rows = rows.filter(definition_version=query.definition_version)
         return self._ctx.tx.read(
             lambda: _newest_first_page(
-                rows, self._ctx.vendor, "id", query.cursor, query.limit, summarize_instance
+                [rows], self._ctx.vendor, "id", query.cursor, query.limit, summarize_instance
             )
         )
 
