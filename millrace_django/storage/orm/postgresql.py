@@ -75,11 +75,9 @@ _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
 assert all(f.attname == f.column for f in _FIELDS), "a Job column was renamed"
-_NAMES = [f.attname for f in _FIELDS]
-_KNOWN_AFTER_CLAIM = {"state", "worker_id", "lease_until", "finished_at", "result", "key_scope"}
-"""Columns a claim sets (or, the job being active, knows to be NULL): not read back."""
-_CLAIMED_NAMES = [name for name in _NAMES if name not in _KNOWN_AFTER_CLAIM]
-_RETURNED = ", ".join(f"j.{_q(name)}" for name in _CLAIMED_NAMES)
+_CLAIMED = JobRowReader(known=("state", "worker_id", "lease_until", "finished_at", "result"))
+"""Fields a claim sets (or, the job being active, knows to be NULL): not read back."""
+_RETURNED = ", ".join(f"j.{_q(name)}" for name in [*_CLAIMED.columns, "seq"])  # seq: to sort
 
 
 # -- prepared statements ---------------------------------------------------------------
@@ -341,9 +339,6 @@ _CLAIM_QUEUES = _Statement(
     _CLAIM.format(ready=_READY_QUEUES, queue_test="queue = ANY(%(queues)s)"),
     {"queues": "text[]", **_CLAIM_PARAMETERS, "until": "timestamptz"},
 )
-
-
-_CLAIMED = JobRowReader(_CLAIMED_NAMES)
 
 
 # -- acknowledgement -------------------------------------------------------------------
@@ -691,11 +686,15 @@ class PostgresHotPath:
             params["queues"] = _quoted_array(sorted(request.queues))
             statement = _CLAIM_QUEUES
         rows = self._run(connections[ctx.alias], statement, params)
-        read, until = _CLAIMED.read, params["until"]
-        known = {"state": JobState.PROCESSING, "worker_id": request.worker_id}
-        return [
-            read(row, lease_until=until, finished_at=None, result=None, **known) for row in rows
-        ]
+        read = _CLAIMED.read
+        known = {
+            "state": JobState.PROCESSING,
+            "worker_id": request.worker_id,
+            "lease_until": params["until"],
+            "finished_at": None,
+            "result": None,
+        }
+        return [read(row, known) for row in rows]
 
     # -- acknowledgement ----------------------------------------------------------------
 

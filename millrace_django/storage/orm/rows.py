@@ -7,7 +7,6 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import lru_cache
-from operator import itemgetter
 from typing import Any
 
 from millrace_django.contract import (
@@ -63,13 +62,6 @@ def arguments_text(invocation: Invocation) -> str:
     if not invocation.args and not invocation.kwargs:
         return _NO_ARGUMENTS_TEXT
     return json.dumps(arguments_json(invocation))
-
-
-def arguments_of_text(text: str) -> Any:
-    """Stored arguments read from their JSON text."""
-    if text == _NO_ARGUMENTS_TEXT:
-        return {"args": [], "kwargs": {}}
-    return json.loads(text)
 
 
 def invocation_of(target: str, arguments: Any) -> Invocation:
@@ -201,32 +193,51 @@ def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:
 class JobRowReader:
     """Records from rows of ``columns`` (a statement's output, JSON still text), built
     straight from the tuples a cursor returns, for the claim, which reads every job a
-    worker runs. Columns left out of the statement are given to :meth:`read` (what a
-    claim knows without reading it back: its lease, say)."""
+    worker runs. The statement lists the columns stored as they are first (see
+    :meth:`columns`); the values of ``known`` fields, which it leaves out (what a claim
+    knows without reading it back: its lease, say), are given to :meth:`read`."""
 
-    def __init__(self, columns: list[str]) -> None:
-        self._stored = tuple(name for name in _AS_STORED if name in columns)
-        self._get_stored = itemgetter(*(columns.index(name) for name in self._stored))
-        self._json = tuple(name for name in ("result", "progress") if name in columns)
-        self._state = columns.index("state") if "state" in columns else None
+    def __init__(self, known: Sequence[str]) -> None:
+        self._known = tuple(known)
+        self._stored = tuple(name for name in _AS_STORED if name not in self._known)
+        self._json = tuple(name for name in ("result", "progress") if name in self._stored)
+        tail = ("uuid", "target", "arguments", "retry", "state")
+        self._tail = tuple(name for name in tail if name not in self._known)
         self._id, self._target, self._arguments, self._retry = (
-            columns.index(name) for name in ("uuid", "target", "arguments", "retry")
+            len(self._stored) + n for n in range(4)
         )
+        self._state = len(self._stored) + 4 if "state" in self._tail else None
 
-    def read(self, row: Sequence[Any], **known: Any) -> JobRecord:
-        record = dict(zip(self._stored, self._get_stored(row), strict=True))
+    @property
+    def columns(self) -> list[str]:
+        """The columns a statement returns, in this order."""
+        return [*self._stored, *self._tail]
+
+    def read(self, row: Sequence[Any], known: Mapping[str, Any]) -> JobRecord:
+        """The record of ``row`` with the ``known`` values (every one of them given)."""
+        record = dict(known)
+        record.update(zip(self._stored, row, strict=False))  # the stored ones come first
         for name in self._json:
             if record[name] is not None:
                 record[name] = json.loads(record[name])
         record["id"] = row[self._id]
-        record["invocation"] = invocation_of(
-            row[self._target], arguments_of_text(row[self._arguments])
+        target, arguments = row[self._target], row[self._arguments]
+        record["invocation"] = (
+            _without_arguments(target)
+            if arguments == _NO_ARGUMENTS_TEXT
+            else invocation_of(target, json.loads(arguments))
         )
         if self._state is not None:
             record["state"] = JOB_STATES[row[self._state]]
         record["retry"] = _retry_from_text(row[self._retry])
-        record.update(known)
         return JobRecord.from_values(record)
+
+
+@lru_cache(maxsize=256)
+def _without_arguments(target: str) -> Invocation:
+    """The invocation of ``target`` with no arguments, the commonest of all: one object
+    per target, shared by its jobs (an invocation's mappings are never written to)."""
+    return Invocation(target=target, args=(), kwargs={})
 
 
 @lru_cache(maxsize=64)
