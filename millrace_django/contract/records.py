@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Self
 from uuid import UUID
 
@@ -25,6 +26,13 @@ class Invocation:
     target: str
     args: Sequence[JSON] = ()
     kwargs: Mapping[str, JSON] = field(default_factory=dict)
+
+    @staticmethod
+    @lru_cache(maxsize=256)
+    def without_arguments(target: str) -> Invocation:
+        """The call of ``target`` with no arguments, the commonest of all: one object per
+        target, shared by its jobs (an invocation's mappings are never written to)."""
+        return Invocation(target=target)
 
 
 class RetryKind(StrEnum):
@@ -62,7 +70,8 @@ class _BuiltFromValues:
         names, defaults = shape
         record = object.__new__(cls)
         fields_ = record.__dict__
-        fields_.update(defaults)
+        if len(values) != len(names):  # (as many: every field given, or an error below)
+            fields_.update(defaults)
         fields_.update(values)
         if fields_.keys() != names:
             given = set(values)

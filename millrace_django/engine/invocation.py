@@ -44,6 +44,8 @@ def capture(
         shape = definition.call_shape(len(args), tuple(kwargs))
     except TypeError as error:
         raise InvalidJobArguments(f"cannot enqueue {definition.describe_call()}: {error}") from None
+    if not args and not kwargs:
+        return Invocation.without_arguments(target)  # the commonest call: nothing to copy
     # A copy, so later mutation by the caller cannot reach the stored job.
     try:
         if shape.as_given:

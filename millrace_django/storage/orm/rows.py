@@ -223,7 +223,7 @@ class JobRowReader:
         record["id"] = row[self._id]
         target, arguments = row[self._target], row[self._arguments]
         record["invocation"] = (
-            _without_arguments(target)
+            Invocation.without_arguments(target)
             if arguments == _NO_ARGUMENTS_TEXT
             else invocation_of(target, json.loads(arguments))
         )
@@ -231,13 +231,6 @@ class JobRowReader:
             record["state"] = JOB_STATES[row[self._state]]
         record["retry"] = _retry_from_text(row[self._retry])
         return JobRecord.from_values(record)
-
-
-@lru_cache(maxsize=256)
-def _without_arguments(target: str) -> Invocation:
-    """The invocation of ``target`` with no arguments, the commonest of all: one object
-    per target, shared by its jobs (an invocation's mappings are never written to)."""
-    return Invocation(target=target, args=(), kwargs={})
 
 
 @lru_cache(maxsize=64)
