@@ -70,6 +70,10 @@ STALL = 0.005
 after which the watch puts one more thread on the queue (all of it while the pace is
 still unknown)."""
 
+CPU_SAMPLING = 8
+"""A thread measures the CPU time of one job in this many (its first included), for the
+overlap median: the measurement is a system call, and quick jobs come by the thousand."""
+
 PACE_WEIGHT = 0.2
 """Weight of the latest handler duration in the running average."""
 
@@ -286,13 +290,15 @@ class JobPool(_Backlog):
         lock, queue, run = self._lock, self._queue, self._run
         ident = threading.get_ident()
         spent: float | None = None  # how long the previous execution took...
-        cpu = 0.0  # ...and how much of that this thread ran
+        cpu: float | None = None  # ...and how much of that this thread ran, if measured
+        runs = 0
         keep = True
         with lock:
             self._starting -= 1
         while True:
             with lock:
                 park = False
+                wanted: int | None = None
                 if spent is not None:
                     self._finished(ident, spent, cpu, keep)
                     if not keep:
@@ -306,7 +312,7 @@ class JobPool(_Backlog):
                     if self._closing:
                         self._threads -= 1
                         return
-                    park = False
+                    park, wanted = False, None
                     self._idle += 1
                     self._work.wait()
                     self._idle -= 1
@@ -317,33 +323,36 @@ class JobPool(_Backlog):
                 self._busy += 1
                 started = self._since[ident] = time.perf_counter()
                 if queue:
-                    wanted = self._wanted()
+                    if wanted is None:  # (else as counted a job ago: close enough)
+                        wanted = self._wanted()
                     if wanted > 1:  # this thread is one, and on its way
                         self._add_workers(wanted - self._active())
-            ran = time.thread_time()
+            measured = runs % CPU_SAMPLING == 0
+            runs += 1
+            ran = time.thread_time() if measured else 0.0
             try:
                 keep = run(execution)
             except Exception:  # run handles its own errors; never lose the thread
                 logger.exception("a job thread's task raised")
                 keep = True
-            cpu = time.thread_time() - ran
+            cpu = time.thread_time() - ran if measured else None
             spent = time.perf_counter() - started
 
-    def _finished(self, ident: int, spent: float, cpu: float, keep: bool) -> None:
+    def _finished(self, ident: int, spent: float, cpu: float | None, keep: bool) -> None:
         """Book a returned execution: the thread is free again (unless it was
         abandoned), the pace moves, and the claim loop learns of the room."""
         del self._since[ident]
         if keep:
             self._busy -= 1
-        overlap = spent / cpu if cpu > 0 else spent / 1e-6
         pace, typical = self._pace, self._typical
         if pace is None or typical is None:
             self._pace = self._typical = spent
-            self._overlap = overlap
         else:
             self._pace = pace + PACE_WEIGHT * (spent - pace)
             self._typical = _step(typical, spent)
-            self._overlap = _step(self._overlap, overlap)
+        if cpu is not None:
+            overlap = spent / cpu if cpu > 0 else spent / 1e-6
+            self._overlap = overlap if pace is None else _step(self._overlap, overlap)
         needed = self._room_needed
         if needed is not None and self.size - self._busy - len(self._queue) >= needed:
             self._room.notify()

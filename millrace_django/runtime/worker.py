@@ -419,13 +419,17 @@ class Worker:
         """Hand executions to the pool of their kind; returns how many are async."""
         plain: list[Execution] = []
         coroutines: list[Execution] = []
+        kinds: dict[str, list[Execution]] = {}  # by target: a claim mostly has a few
         for execution in executions:
-            # Only a job already imported is known to be async; the first of its module
-            # runs on a thread (which waits for it on the loop).
-            definition = lookup(execution.job.invocation.target)
-            (coroutines if definition is not None and definition.is_async else plain).append(
-                execution
-            )
+            target = execution.job.invocation.target
+            kind = kinds.get(target)
+            if kind is None:
+                # Only a job already imported is known to be async; the first of its
+                # module runs on a thread (which waits for it on the loop).
+                definition = lookup(target)
+                is_async = definition is not None and definition.is_async
+                kind = kinds[target] = coroutines if is_async else plain
+            kind.append(execution)
         if coroutines:
             self._coroutines.submit(coroutines)
         if plain:
