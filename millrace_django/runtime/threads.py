@@ -62,13 +62,19 @@ costs more than the parallelism gains. Longer ones get a thread per
 :data:`WAKE_BUDGET` of queued work, whatever they do (they may release the lock in C)."""
 
 FIRST_THREADS = 4
-"""Threads put on the first work, before any handler has returned (the pace unknown);
-the watch adds the rest a few milliseconds later if they are slow."""
+"""Threads put on the first work, before the pace is known; the watch doubles them every
+few milliseconds while those are all stuck (slow jobs, or a first job importing its
+module)."""
+
+FIRST_DURATIONS = 3
+"""Handler durations the pace starts from (their median): a process's first job also
+pays for importing its module, and a pace taken from it alone would wake a thread for
+every job of a quick batch."""
 
 STALL = 0.005
 """Seconds without a queued job being started, while threads are idle or may start,
-after which the watch puts one more thread on the queue (all of it while the pace is
-still unknown)."""
+after which the watch puts one more thread on the queue (as many more as are on it,
+while the pace is still unknown)."""
 
 CPU_SAMPLING = 8
 """A thread measures the CPU time of one job in this many (its first included), for the
@@ -147,6 +153,8 @@ class JobPool(_Backlog):
         """Running median of each handler's duration over its CPU time: how many threads
         its kind of work can keep busy at once (1 for pure Python, many for jobs that
         wait on I/O). More threads than that only contend for the interpreter lock."""
+        self._first_durations: list[float] = []
+        """The handler durations so far, until the pace starts (:data:`FIRST_DURATIONS`)."""
         self._taken = 0
         """Executions taken from the queue so far (the watch's progress mark)."""
         self._closing = False
@@ -346,20 +354,22 @@ class JobPool(_Backlog):
             self._busy -= 1
         pace, typical = self._pace, self._typical
         if pace is None or typical is None:
-            self._pace = self._typical = spent
+            first = self._first_durations
+            first.append(spent)
+            if len(first) == FIRST_DURATIONS:
+                self._pace = self._typical = sorted(first)[len(first) // 2]
         else:
             self._pace = pace + PACE_WEIGHT * (spent - pace)
             self._typical = _step(typical, spent)
-        if cpu is not None:
-            overlap = spent / cpu if cpu > 0 else spent / 1e-6
-            self._overlap = overlap if pace is None else _step(self._overlap, overlap)
+        if cpu is not None:  # (from 1: a first job that waited on an import says little)
+            self._overlap = _step(self._overlap, spent / cpu if cpu > 0 else spent / 1e-6)
         needed = self._room_needed
         if needed is not None and self.size - self._busy - len(self._queue) >= needed:
             self._room.notify()
 
     def _watch_stalls(self) -> None:
         """While jobs are queued, put one more thread on them whenever none was started
-        for :data:`STALL` seconds (every thread needed, while the pace is unknown)."""
+        for :data:`STALL` seconds (twice as many, while the pace is unknown)."""
         with self._lock:
             while not self._closing:
                 if not self._queue or self._holding:
@@ -368,8 +378,8 @@ class JobPool(_Backlog):
                 taken = self._taken
                 self._watch.wait(STALL)
                 if self._queue and not self._holding and self._taken == taken:
-                    stuck = len(self._queue) if self._typical is None else 1
-                    self._add_workers(stuck)
+                    stuck = max(1, self._threads) if self._typical is None else 1
+                    self._add_workers(min(stuck, len(self._queue)))
 
 
 def _step(median: float, sample: float) -> float:
