@@ -415,6 +415,8 @@ class CoroutinePool(_Backlog):
         """Executions started and not abandoned (their task, once the loop made it)."""
         self._share = 0.0
         """Running share of async jobs among those claimed lately (see :meth:`demand`)."""
+        self._handlers = 0
+        """Handlers running now (counted on the loop, see :meth:`handler_started`)."""
 
     def claimed(self, jobs: int, async_jobs: int) -> None:
         """Note what one claim brought: ``async_jobs`` of ``jobs`` were async."""
@@ -435,9 +437,19 @@ class CoroutinePool(_Backlog):
         return int(threads_want * (1 - share) + free * share), queued
 
     def busy(self) -> bool:
-        """More than one execution runs or waits (a snapshot, read without the lock):
-        the caller's is not the last to finish."""
-        return len(self._tasks) + len(self._queue) > 1
+        """A handler runs, or an execution waits (a snapshot, read without the lock):
+        another job is about to finish. (A task whose handler returned is no longer
+        counted, though its slot is freed only after it ends: the last of a batch must
+        not wait for the others' slots.)"""
+        return self._handlers > 0 or len(self._queue) > 0
+
+    def handler_started(self) -> None:
+        """On the loop, as a handler starts..."""
+        self._handlers += 1
+
+    def handler_ended(self) -> None:
+        """...and as it returns, raises or is cancelled."""
+        self._handlers -= 1
 
     def submit(self, executions: Iterable[Execution]) -> None:
         """Queue async executions; start as many as there are free slots."""
