@@ -11,6 +11,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any, Self
 from uuid import UUID
 
@@ -32,7 +33,7 @@ class Invocation:
     def without_arguments(target: str) -> Invocation:
         """The call of ``target`` with no arguments, the commonest of all: one object per
         target, shared by its jobs (an invocation's mappings are never written to)."""
-        return Invocation(target=target)
+        return Invocation(target=target, kwargs=MappingProxyType({}))
 
 
 class RetryKind(StrEnum):
@@ -74,10 +75,9 @@ class _BuiltFromValues:
             fields_.update(defaults)
         fields_.update(values)
         if fields_.keys() != names:
-            given = set(values)
             raise TypeError(
-                f"{cls.__name__} fields unknown: {sorted(given - names)}, "
-                f"missing: {sorted(names - given - set(defaults))}"
+                f"{cls.__name__} fields unknown: {sorted(fields_.keys() - names)}, "
+                f"missing: {sorted(names - fields_.keys())}"
             )
         return record
 
@@ -88,6 +88,8 @@ _SHAPES: dict[type, tuple[frozenset[str], dict[str, Any]]] = {}
 
 def _shape_of(cls: type) -> tuple[frozenset[str], dict[str, Any]]:
     every = fields(cls)  # type: ignore[arg-type]
+    if any(f.default_factory is not MISSING for f in every):
+        raise TypeError(f"{cls.__name__}.from_values cannot fill a default_factory field")
     return frozenset(f.name for f in every), {
         f.name: f.default for f in every if f.default is not MISSING
     }

@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from millrace_django.contract import JSON, Invocation
@@ -28,6 +29,7 @@ from millrace_django.engine.registry import CONTEXT_PARAMETER, JobDefinition, lo
 
 _BREAKING = "renaming or moving a job function while jobs are queued is a breaking deploy"
 _PLAIN_SEQUENCES = (list, tuple)
+_PLAIN_MAPPINGS = (dict, MappingProxyType)  # (the latter: a call without arguments)
 
 
 def capture(
@@ -170,7 +172,7 @@ def decode(
         raise InvalidStoredArguments(
             f"stored positional arguments of {definition.target} are not a list: {args!r}"
         )
-    if (type(kwargs) is not dict and not isinstance(kwargs, Mapping)) or (
+    if (type(kwargs) not in _PLAIN_MAPPINGS and not isinstance(kwargs, Mapping)) or (
         kwargs and not all(isinstance(k, str) for k in kwargs)
     ):
         raise InvalidStoredArguments(

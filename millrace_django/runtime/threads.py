@@ -331,7 +331,7 @@ class JobPool(_Backlog):
                 self._busy += 1
                 started = self._since[ident] = time.perf_counter()
                 if queue:
-                    if wanted is None:  # (else as counted a job ago: close enough)
+                    if wanted is None:  # (else counted before this job was taken)
                         wanted = self._wanted()
                     if wanted > 1:  # this thread is one, and on its way
                         self._add_workers(wanted - self._active())
@@ -415,8 +415,8 @@ class CoroutinePool(_Backlog):
         """Executions started and not abandoned (their task, once the loop made it)."""
         self._share = 0.0
         """Running share of async jobs among those claimed lately (see :meth:`demand`)."""
-        self._handlers = 0
-        """Handlers running now (counted on the loop, see :meth:`handler_started`)."""
+        self._unfinished: set[Execution] = set()
+        """Executions given a slot whose handler has not returned (see :meth:`busy`)."""
 
     def claimed(self, jobs: int, async_jobs: int) -> None:
         """Note what one claim brought: ``async_jobs`` of ``jobs`` were async."""
@@ -437,19 +437,16 @@ class CoroutinePool(_Backlog):
         return int(threads_want * (1 - share) + free * share), queued
 
     def busy(self) -> bool:
-        """A handler runs, or an execution waits (a snapshot, read without the lock):
-        another job is about to finish. (A task whose handler returned is no longer
-        counted, though its slot is freed only after it ends: the last of a batch must
-        not wait for the others' slots.)"""
-        return self._handlers > 0 or len(self._queue) > 0
+        """Another execution waits, or has a slot and its handler has not returned (a
+        snapshot, read without the lock): another job is about to finish. (One whose
+        handler returned no longer counts, though its slot is freed only when its task
+        ends: the last of a batch must not wait for the others' slots.)"""
+        return len(self._unfinished) + len(self._queue) > 0
 
-    def handler_started(self) -> None:
-        """On the loop, as a handler starts..."""
-        self._handlers += 1
-
-    def handler_ended(self) -> None:
-        """...and as it returns, raises or is cancelled."""
-        self._handlers -= 1
+    def handler_ended(self, execution: Execution) -> None:
+        """``execution``'s handler returned, raised or was cancelled (see :meth:`busy`)."""
+        with self._lock:
+            self._unfinished.discard(execution)
 
     def submit(self, executions: Iterable[Execution]) -> None:
         """Queue async executions; start as many as there are free slots."""
@@ -466,6 +463,7 @@ class CoroutinePool(_Backlog):
             if execution not in self._tasks:
                 return False
             task = self._tasks.pop(execution)
+            self._unfinished.discard(execution)
             starting = self._take()
         if task is not None:
             self._loop.call_soon_threadsafe(task.cancel)
@@ -480,6 +478,7 @@ class CoroutinePool(_Backlog):
         while self._queue and len(self._tasks) < self.size and not self._holding:
             execution = self._queue.popleft()
             self._tasks[execution] = None
+            self._unfinished.add(execution)
             starting.append(execution)
         return starting
 
@@ -498,6 +497,7 @@ class CoroutinePool(_Backlog):
         """A task ended (on the loop): its slot goes to the next queued execution."""
         with self._lock:
             self._tasks.pop(execution, None)
+            self._unfinished.discard(execution)  # (one that never began)
             starting = self._take()
         self._spawn(starting)
         self._on_room()

@@ -463,7 +463,6 @@ class Worker:
         if not self._begin(execution):
             return
         outcome: Outcome | None = None
-        self._coroutines.handler_started()
         try:
             outcome = await run_claimed_async(
                 execution.job, execution.context, clock=self._clock, config=self._config
@@ -471,7 +470,7 @@ class Worker:
         except Exception:
             self._log_failed_around(execution)
         finally:
-            self._coroutines.handler_ended()
+            self._coroutines.handler_ended(execution)
         self._finish(execution, outcome)
 
     def _begin(self, execution: Execution) -> bool:

@@ -109,3 +109,57 @@ def test_a_tenant_filter_needs_a_non_blank_tenant() -> None:
 def test_retry_delays_are_timedeltas() -> None:
     spec = RetrySpec(max_attempts=3, base_delay=timedelta(seconds=5))
     assert spec.base_delay.total_seconds() == 5
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"id": uuid4(), "queue": "q", "state": JobState.ENQUEUED, "created_at": NOW},
+        {
+            field.name: getattr(_job(), field.name) for field in dataclasses.fields(JobRecord)
+        },  # every field given: the defaults are skipped
+    ],
+    ids=["some fields", "every field"],
+)
+def test_a_record_built_from_values_equals_the_constructed_one(values: dict) -> None:
+    values = {**values, "invocation": Invocation(target="app.jobs:send")}
+    assert JobRecord.from_values(values) == JobRecord(**values)
+
+
+def test_a_transition_built_from_values_equals_the_constructed_one() -> None:
+    values = {
+        "job_id": uuid4(),
+        "expected_worker_id": "w1",
+        "expected_attempt": 2,
+        "target": JobState.SUCCEEDED,
+        "failures": 0,
+        "finished_at": NOW,
+    }
+    assert JobTransition.from_values(values) == JobTransition(**values)
+
+
+@pytest.mark.parametrize(
+    ("drop", "add", "message"),
+    [
+        ((), {"colour": "red"}, r"unknown: \['colour'\], missing: \[\]"),
+        (("queue",), {}, r"unknown: \[\], missing: \['queue'\]"),
+        # as many keys as fields (so the defaults are skipped), one of them unknown
+        (("priority",), {"colour": "red"}, r"unknown: \['colour'\], missing: \['priority'\]"),
+    ],
+)
+def test_building_from_values_names_unknown_and_missing_fields(
+    drop: tuple[str, ...], add: dict, message: str
+) -> None:
+    values = {field.name: getattr(_job(), field.name) for field in dataclasses.fields(JobRecord)}
+    values = {name: value for name, value in values.items() if name not in drop} | add
+    with pytest.raises(TypeError, match=message):
+        JobRecord.from_values(values)
+
+
+def test_a_call_without_arguments_is_one_shared_read_only_invocation() -> None:
+    shared = Invocation.without_arguments("app.jobs:send")
+    assert shared is Invocation.without_arguments("app.jobs:send")
+    assert shared == Invocation(target="app.jobs:send")
+    assert Invocation.without_arguments("app.jobs:other").target == "app.jobs:other"
+    with pytest.raises(TypeError):
+        shared.kwargs["sneaky"] = 1  # type: ignore[index]

@@ -194,7 +194,7 @@ class JobRowReader:
     """Records from rows of ``columns`` (a statement's output, JSON still text), built
     straight from the tuples a cursor returns, for the claim, which reads every job a
     worker runs. The statement lists the columns stored as they are first (see
-    :meth:`columns`); the values of ``known`` fields, which it leaves out (what a claim
+    :attr:`columns`); the values of ``known`` fields, which it leaves out (what a claim
     knows without reading it back: its lease, say), are given to :meth:`read`."""
 
     def __init__(self, known: Sequence[str]) -> None:
@@ -202,6 +202,8 @@ class JobRowReader:
         self._stored = tuple(name for name in _AS_STORED if name not in self._known)
         self._json = tuple(name for name in ("result", "progress") if name in self._stored)
         tail = ("uuid", "target", "arguments", "retry", "state")
+        if self._known and set(tail[:4]) & set(self._known):
+            raise ValueError(f"a row reader must read {tail[:4]} itself")
         self._tail = tuple(name for name in tail if name not in self._known)
         self._id, self._target, self._arguments, self._retry = (
             len(self._stored) + n for n in range(4)

@@ -6,14 +6,16 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from millrace_django.clock import FakeClock
 from millrace_django.contract import JobState
 from millrace_django.engine import CancelReason, JobClient, Retry
-from millrace_django.runtime import RuntimeSettings
+from millrace_django.runtime import RuntimeSettings, acks
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.conftest import StartWorker
-from tests.unit.runtime.helpers import started, stored, wait_for_state, wait_until
+from tests.unit.runtime.helpers import TIMEOUT, started, stored, wait_for_state, wait_until
 from tests.unit.runtime.jobs import board
 
 
@@ -113,6 +115,26 @@ def test_a_run_of_async_jobs_is_claimed_for_the_coroutine_slots_not_for_idle_thr
     # The slots, one batch waiting for them, and what the first claim (before any job was
     # known to be async) fetched for the threads: not the backlog.
     assert len(leased) <= config.async_concurrency + 2 * config.claim_batch, len(leased)
+    for name in names:
+        board.event(name).set()
+    for job_id in waiting:
+        wait_for_state(storage, job_id, JobState.SUCCEEDED)
+
+
+def test_the_last_async_job_to_finish_is_written_without_lingering(
+    client: JobClient,
+    storage: MemoryStorage,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An acknowledgement may linger while other jobs are about to finish; the last
+    # one's must not, even while the others' tasks are still ending on the loop.
+    monkeypatch.setattr(acks, "LINGER", 10 * TIMEOUT)  # a linger would outlast the wait
+    names = [f"together-{n}" for n in range(3)]
+    waiting = [jobs.async_gate.enqueue(name) for name in names]
+    start_worker(config=replace(settings, concurrency=1, async_concurrency=3))
+    wait_until(lambda: sorted(async_started()) == names, "every async job to start")
     for name in names:
         board.event(name).set()
     for job_id in waiting:

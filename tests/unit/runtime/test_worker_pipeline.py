@@ -112,12 +112,13 @@ def test_slow_jobs_are_not_prefetched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(threads, "PREFETCH_HORIZON", 1e-9)  # every job counts as slow
-    warm = jobs.record.enqueue("warm")
+    warm = [jobs.record.enqueue(f"warm-{n}") for n in range(threads.FIRST_DURATIONS)]
     worker = start_worker(concurrency=1).worker
-    wait_for_state(storage, warm, JobState.SUCCEEDED)
+    for job_id in warm:  # the pace is known from here on
+        wait_for_state(storage, job_id, JobState.SUCCEEDED)
     ids = enqueue_together(client, (jobs.hold, "slow"), (jobs.record, "a"), (jobs.record, "b"))
     started("slow")
-    assert worker.stats.claimed == 2  # the warm-up and the running one
+    assert worker.stats.claimed == len(warm) + 1  # the warm-up and the running one
     assert [stored(storage, job_id).state for job_id in ids[1:]] == [JobState.ENQUEUED] * 2
     board.event("slow").set()
 
