@@ -202,7 +202,7 @@ class JobRowReader:
         self._stored = tuple(name for name in _AS_STORED if name not in self._known)
         self._json = tuple(name for name in ("result", "progress") if name in self._stored)
         tail = ("uuid", "target", "arguments", "retry", "state")
-        if self._known and set(tail[:4]) & set(self._known):
+        if set(tail[:4]) & set(self._known):
             raise ValueError(f"a row reader must read {tail[:4]} itself")
         self._tail = tuple(name for name in tail if name not in self._known)
         self._id, self._target, self._arguments, self._retry = (
