@@ -62,23 +62,24 @@ costs more than the parallelism gains. Longer ones get a thread per
 :data:`WAKE_BUDGET` of queued work, whatever they do (they may release the lock in C)."""
 
 FIRST_THREADS = 4
-"""Threads put on the first work, before the pace is known; the watch doubles them every
-few milliseconds while those are all stuck (slow jobs, or a first job importing its
-module)."""
+"""Threads put on the first work, before the pace is known; the watch adds more while
+those are all stuck (slow jobs, or first jobs waiting for their module's import)."""
 
 FIRST_DURATIONS = 3
-"""Handler durations the pace starts from (their median): a process's first job also
-pays for importing its module, and a pace taken from it alone would wake a thread for
-every job of a quick batch."""
+"""Handler durations the pace starts from (their median). A thread's first job never
+counts: it pays for the thread's own start and, in a new process, for importing its
+module (the jobs that started beside it wait for that import too), and a pace taken
+from those would put a thread on every job of a quick batch."""
 
 STALL = 0.005
 """Seconds without a queued job being started, while threads are idle or may start,
-after which the watch puts one more thread on the queue (as many more as are on it,
-while the pace is still unknown)."""
+after which the watch puts one more thread on the queue. One, even while the pace is
+unknown: threads that all wait for one module's import are no reason for more."""
 
 CPU_SAMPLING = 8
-"""A thread measures the CPU time of one job in this many (its first included), for the
-overlap median: the measurement is a system call, and quick jobs come by the thousand."""
+"""A thread measures the CPU time of one job in this many (from its second, the first
+that counts), for the overlap median: the measurement is a system call, and quick jobs
+come by the thousand."""
 
 PACE_WEIGHT = 0.2
 """Weight of the latest handler duration in the running average."""
@@ -299,7 +300,7 @@ class JobPool(_Backlog):
         ident = threading.get_ident()
         spent: float | None = None  # how long the previous execution took...
         cpu: float | None = None  # ...and how much of that this thread ran, if measured
-        runs = 0
+        runs = 0  # executions this thread started (its first does not count)
         keep = True
         with lock:
             self._starting -= 1
@@ -308,7 +309,7 @@ class JobPool(_Backlog):
                 park = False
                 wanted: int | None = None
                 if spent is not None:
-                    self._finished(ident, spent, cpu, keep)
+                    self._finished(ident, spent, cpu, keep, counts=runs > 1)
                     if not keep:
                         return
                     # Enough other threads are on the queue: sleep rather than add
@@ -335,7 +336,7 @@ class JobPool(_Backlog):
                         wanted = self._wanted()
                     if wanted > 1:  # this thread is one, and on its way
                         self._add_workers(wanted - self._active())
-            measured = runs % CPU_SAMPLING == 0
+            measured = runs % CPU_SAMPLING == 1
             runs += 1
             ran = time.thread_time() if measured else 0.0
             try:
@@ -346,12 +347,23 @@ class JobPool(_Backlog):
             cpu = time.thread_time() - ran if measured else None
             spent = time.perf_counter() - started
 
-    def _finished(self, ident: int, spent: float, cpu: float | None, keep: bool) -> None:
+    def _finished(
+        self, ident: int, spent: float, cpu: float | None, keep: bool, *, counts: bool
+    ) -> None:
         """Book a returned execution: the thread is free again (unless it was
-        abandoned), the pace moves, and the claim loop learns of the room."""
+        abandoned), the pace moves (if the execution ``counts``), and the claim loop
+        learns of the room."""
         del self._since[ident]
         if keep:
             self._busy -= 1
+        if counts:
+            self._learn(spent, cpu)
+        needed = self._room_needed
+        if needed is not None and self.size - self._busy - len(self._queue) >= needed:
+            self._room.notify()
+
+    def _learn(self, spent: float, cpu: float | None) -> None:
+        """Move the pace (and the overlap, if ``cpu`` was measured) by one duration."""
         pace, typical = self._pace, self._typical
         if pace is None or typical is None:
             first = self._first_durations
@@ -361,15 +373,12 @@ class JobPool(_Backlog):
         else:
             self._pace = pace + PACE_WEIGHT * (spent - pace)
             self._typical = _step(typical, spent)
-        if cpu is not None:  # (from 1: a first job that waited on an import says little)
+        if cpu is not None:
             self._overlap = _step(self._overlap, spent / cpu if cpu > 0 else spent / 1e-6)
-        needed = self._room_needed
-        if needed is not None and self.size - self._busy - len(self._queue) >= needed:
-            self._room.notify()
 
     def _watch_stalls(self) -> None:
         """While jobs are queued, put one more thread on them whenever none was started
-        for :data:`STALL` seconds (twice as many, while the pace is unknown)."""
+        for :data:`STALL` seconds."""
         with self._lock:
             while not self._closing:
                 if not self._queue or self._holding:
@@ -378,8 +387,7 @@ class JobPool(_Backlog):
                 taken = self._taken
                 self._watch.wait(STALL)
                 if self._queue and not self._holding and self._taken == taken:
-                    stuck = max(1, self._threads) if self._typical is None else 1
-                    self._add_workers(min(stuck, len(self._queue)))
+                    self._add_workers(1)
 
 
 def _step(median: float, sample: float) -> float:

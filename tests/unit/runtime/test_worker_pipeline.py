@@ -112,7 +112,8 @@ def test_slow_jobs_are_not_prefetched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(threads, "PREFETCH_HORIZON", 1e-9)  # every job counts as slow
-    warm = [jobs.record.enqueue(f"warm-{n}") for n in range(threads.FIRST_DURATIONS)]
+    # One thread: its first job does not count towards the pace.
+    warm = [jobs.record.enqueue(f"warm-{n}") for n in range(threads.FIRST_DURATIONS + 1)]
     worker = start_worker(concurrency=1).worker
     for job_id in warm:  # the pace is known from here on
         wait_for_state(storage, job_id, JobState.SUCCEEDED)
@@ -281,8 +282,8 @@ class Runs:
 def pool_of() -> Iterator[Any]:
     pools: list[JobPool] = []
 
-    def make(size: int, run: Runs) -> JobPool:
-        pool = JobPool(size, "test-job", run)
+    def make(size: int, run: Runs, name: str = "test-job") -> JobPool:
+        pool = JobPool(size, name, run)
         pool.start()
         pools.append(pool)
         return pool
@@ -300,6 +301,29 @@ def test_jobs_that_wait_on_io_get_a_thread_each(
     pool.submit(executions(storage, clock, 8))
     wait_until(lambda: len(run.done) == 8, "all of them to run")
     assert run.most == 8
+
+
+def test_threads_grow_linearly_while_first_jobs_wait_for_an_import_and_stop_after(
+    storage: MemoryStorage, clock: FakeClock, pool_of: Any
+) -> None:
+    batch = executions(storage, clock, 5_000)
+    # In a new process, jobs wait for their module's import (here: a gate) at first.
+    run = Runs(block={execution.job.id for execution in batch})
+    pool = pool_of(250, run, name="importing")
+    pool.submit(batch)
+    wait_until(lambda: run.running >= threads.FIRST_THREADS, "the first jobs to start")
+    began = time.perf_counter()
+    time.sleep(10 * threads.STALL)  # the import takes a while: more threads try meanwhile
+    run.gate.set()
+    waited = time.perf_counter() - began
+    wait_until(lambda: len(run.done) == len(batch), "the batch to run")
+    started = len([t for t in threading.enumerate() if t.name.startswith("importing-")]) - 1
+    # While they wait: the first few, a few more per WAKE_BUDGET (busy ones no longer
+    # count as about to take work) and one per stall. Then none for the quick rest: a
+    # pace taken from the import waits would put a thread on every queued job, and
+    # doubling the threads per stall would reach 250 within 50 ms.
+    linear = waited / threads.WAKE_BUDGET * threads.FIRST_THREADS + waited / threads.STALL
+    assert started <= threads.FIRST_THREADS + linear + 5
 
 
 def test_a_thread_stuck_in_a_long_job_does_not_hold_up_the_queue(
