@@ -34,7 +34,7 @@ SETTINGS = {
     "best": {"CLAIM_BATCH": 500, "CONCURRENCY": 200, "ASYNC_CONCURRENCY": 1000},
 }
 """``MILLRACE`` of each configuration; ``best`` is bench/worker_bench.py's best drain
-(``CONCURRENCY`` 200) with claims of 500, which drained 30,000 no-op jobs 4–20 % faster
+(``CONCURRENCY`` 200) with claims of 500, which drained 30,000 no-op jobs 4 to 20 % faster
 than claims of 200 in interleaved pairs on one and four processes (and 1,000 no faster),
 and room for 1,000 coroutines (its 10 ms job is async)."""
 RECURRING_SETTINGS = {
