@@ -269,14 +269,9 @@ def _rows_of(cursor: Any, trailing: int) -> list[tuple[Any, ...]]:
 # expired leases (millrace_job_leased, by lease_until: few rows). The top LIMIT of both
 # are leased; the rest stay locked until the statement's transaction ends. All CTEs see
 # one snapshot; RETURNING order is unspecified, hence the final ORDER BY. A paused queue
-# (a row of millrace_paused_queue, probed by primary key) contributes nothing. The UPDATE
-# finds the picked rows by their tuple ids (a TID scan; a locked row's tuple stays where
-# it is until the statement ends), never by a join on seq: for a batch that is large next
-# to the table the planner would hash every job to join a few hundred. A row whose newer
-# version the statement's snapshot cannot see (written between the snapshot and the
-# lock) is not leased this time, and nothing is recorded for it.
+# (a row of millrace_paused_queue, probed by primary key) contributes nothing.
 _READY_ONE_QUEUE = f"""
-    SELECT ctid AS tid, seq, priority, attempt, worker_id, false AS expired
+    SELECT seq, priority, attempt, worker_id, false AS expired
     FROM {_JOBS}
     WHERE queue = %(queue)s AND state = {Code.ENQUEUED}
       AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = %(queue)s)
@@ -289,7 +284,7 @@ _READY_QUEUES = f"""
         WHERE NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = u.name)
     ) AS q
     CROSS JOIN LATERAL (
-        SELECT ctid AS tid, seq, priority, attempt, worker_id, false AS expired
+        SELECT seq, priority, attempt, worker_id, false AS expired
         FROM {_JOBS}
         WHERE queue = q.name AND state = {Code.ENQUEUED}
         ORDER BY priority DESC, seq
@@ -299,7 +294,7 @@ _READY_QUEUES = f"""
 _CLAIM = f"""
 WITH ready AS ({{ready}}
 ), expired AS (
-    SELECT ctid AS tid, seq, priority, attempt, worker_id, true AS expired
+    SELECT seq, priority, attempt, worker_id, true AS expired
     FROM {_JOBS}
     WHERE state = {Code.PROCESSING} AND lease_until <= %(now)s AND {{queue_test}}
       AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = {_JOBS}.queue)
@@ -307,7 +302,7 @@ WITH ready AS ({{ready}}
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT tid, seq, expired, attempt AS prior_attempt, worker_id AS prior_worker
+    SELECT seq, expired, attempt AS prior_attempt, worker_id AS prior_worker
     FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS candidates
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
@@ -315,21 +310,21 @@ WITH ready AS ({{ready}}
     UPDATE {_JOBS} AS j
     SET state = {Code.PROCESSING}, worker_id = %(worker)s, lease_until = %(until)s,
         attempt = j.attempt + 1
-    WHERE j.ctid = ANY(ARRAY(SELECT tid FROM picked))
+    FROM picked
+    WHERE j.seq = picked.seq
     RETURNING {_RETURNED}
-), reclaimed AS (
-    SELECT seq, prior_attempt, prior_worker FROM picked
-    WHERE expired AND seq IN (SELECT seq FROM leased)
 ), interrupted AS (
     INSERT INTO {_ATTEMPTS} (job_id, attempt, outcome, recorded_at, worker_id, error)
     SELECT seq, prior_attempt, {AttemptOutcomeCode.INTERRUPTED}, %(now)s,
            prior_worker, NULL
-    FROM reclaimed
+    FROM picked
+    WHERE expired
     ON CONFLICT (job_id, attempt) DO NOTHING
 ), pruned AS (
     DELETE FROM {_ATTEMPTS} AS a
-    USING reclaimed AS r
-    WHERE a.job_id = r.seq AND a.attempt < r.prior_attempt - {ATTEMPT_HISTORY_CAP - 1}
+    USING picked
+    WHERE picked.expired AND a.job_id = picked.seq
+      AND a.attempt < picked.prior_attempt - {ATTEMPT_HISTORY_CAP - 1}
 )
 SELECT * FROM leased ORDER BY priority DESC, seq
 """
