@@ -1,5 +1,7 @@
-"""Django settings of the two Django drivers (``millrace`` and ``tasksdb``), from the
-environment the peer bench sets: ``PEER_SYSTEM``, ``PEER_DB_URL`` and ``PEER_CONFIG``."""
+"""Django settings of the peers' processes, from the environment the peer bench sets:
+``PEER_SYSTEM``, ``PEER_DB_URL`` and ``PEER_CONFIG``. The two Django drivers (``millrace``
+and ``tasksdb``) install their app; Celery loads the settings alone, as in a Django
+project (its Django fix-up then runs around every task)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,6 @@ if os.environ["PEER_SYSTEM"] == "millrace":
     MILLRACE_DASHBOARD = {
         "AUTHORIZE": "millrace_django.dashboard.authorization.staff_with_permissions"
     }
-else:
+elif os.environ["PEER_SYSTEM"] == "tasksdb":
     INSTALLED_APPS = ["django_tasks_db"]
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

@@ -92,7 +92,7 @@ class Millrace:
     name = "millrace"
     configs = {
         "default": "MILLRACE defaults: CLAIM_BATCH 64, CONCURRENCY max(8, 2 x CPUs) threads, "
-        "ASYNC_CONCURRENCY 100; the 10 ms job is async def, the no-op a plain function",
+        "ASYNC_CONCURRENCY 500; the 10 ms job is async def, the no-op a plain function",
         "best": "CLAIM_BATCH 500, CONCURRENCY 200, ASYNC_CONCURRENCY 1000; jobs as by default",
     }
     recurring_configs = ("default", "best")

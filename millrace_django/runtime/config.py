@@ -96,7 +96,7 @@ class RuntimeSettings(EngineSettings):
     """Threads for plain job functions: 8 at least, since most jobs of a web application
     wait on I/O (HTTP, mail, the database); threads start only when work needs them, so
     quick jobs still run on one or two."""
-    async_concurrency: int = 100
+    async_concurrency: int = 500
     """Coroutines of ``async def`` jobs at once: they hold no thread while they wait, so
     this can be far above ``concurrency``; it bounds the sockets and connections they
     open at once."""

@@ -27,7 +27,7 @@ def test_no_setting_at_all_gives_the_documented_defaults(settings: Any) -> None:
     assert parsed.heartbeat == timedelta(minutes=1)
     assert (parsed.poll_min, parsed.poll_max) == (timedelta(seconds=0.2), timedelta(seconds=5))
     assert parsed.claim_batch == 64
-    assert parsed.async_concurrency == 100
+    assert parsed.async_concurrency == 500
     assert parsed.interruption_limit == 10
     assert parsed.default_retry == Retry.exponential(5)
     assert parsed.worker_retention == timedelta(days=1)
