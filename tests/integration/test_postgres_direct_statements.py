@@ -18,7 +18,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import DataError, OperationalError, connections, reset_queries, transaction
+from django.db import (
+    DatabaseError,
+    DataError,
+    OperationalError,
+    connections,
+    reset_queries,
+    transaction,
+)
 from django.test.utils import CaptureQueriesContext, override_settings
 from psycopg.conninfo import make_conninfo
 
@@ -30,7 +37,7 @@ from millrace_django.storage.orm import DjangoStorage
 from millrace_django.storage.orm.postgresql import _session
 from tests.conformance.django_harness import require_alias
 from tests.integration.notifications import store_on
-from tests.reliability.faults import TableLock
+from tests.reliability.faults import CompletionBlocker, TableLock
 
 ALIAS = "postgres"
 require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
@@ -270,6 +277,38 @@ def test_a_session_that_lost_or_kept_its_prepared_statements_is_replayed(
     else:
         _session(connection).prepared.clear()
     exercise(storage, clock, "again")
+
+
+def test_a_message_that_failed_before_all_its_prepares_ran_leaves_later_calls_working(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """The first acknowledgement of a session that wakes continuations carries both
+    ``PREPARE``s; when its update fails, the server never runs the second. Every later
+    acknowledgement used to fail for good (the wake statement "does not exist", then,
+    all forgotten, the other "already exists", and so on), as a reliability scenario
+    found; now what the session prepared is read back and the next call succeeds."""
+    connection = connections[ALIAS]
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    _session(connection).prepared.clear()
+    parent = make_job(clock)
+    storage.enqueue([parent])
+    child = make_job(clock, state=JobState.AWAITING, parent_id=parent.id)
+    storage.enqueue([child])
+    (claimed,) = storage.claim(_request("w", parent.queue))
+    woke = succeed(claimed, clock, activate_continuations=True)
+    blocker = CompletionBlocker(_test_database_url())
+    blocker.install()
+    try:
+        blocker.block()
+        with pytest.raises(DatabaseError):
+            storage.apply_many([woke])
+        blocker.unblock()
+        assert storage.apply_many([woke]) == [True]
+    finally:
+        blocker.uninstall()
+    assert _stored(storage, parent.id).state is JobState.SUCCEEDED
+    assert _stored(storage, child.id).state is JobState.ENQUEUED
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ LOST_PREPARED_STATEMENT = "26000"
 pooler moved us to another server connection, or someone ran ``DEALLOCATE``): the
 storage forgets what it prepared there and the call is replayed."""
 DUPLICATE_PREPARED_STATEMENT = "42P05"
+_PREPARED_STATEMENT_STATES = frozenset({LOST_PREPARED_STATEMENT, DUPLICATE_PREPARED_STATEMENT})
 
 
 def _q(name: str) -> str:
@@ -104,12 +105,24 @@ class _Session:
     """What the hot path keeps for one driver connection (one database session): the
     names of the statements prepared there, and the driver cursor it sends them on."""
 
-    __slots__ = ("_cursor", "prepared", "raw")
+    __slots__ = ("_cursor", "prepared", "raw", "unsure")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.prepared: set[str] = set()
+        self.unsure = False
+        """Set when a message failed: the server runs none of a failed message's
+        statements after the failing one, so which of its ``PREPARE``s ran is unknown,
+        and the next call reads them back (believing one prepared that was not, or the
+        reverse, made every later call fail, alternately one way and the other)."""
         self._cursor: Any = None
+
+    def reread(self, connection: BaseDatabaseWrapper) -> None:
+        """Take what the session has prepared from the server."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM pg_prepared_statements")
+            self.prepared = {name for (name,) in cursor.fetchall()}
+        self.unsure = False
 
     def cursor(self, connection: BaseDatabaseWrapper) -> Any:
         """The session's driver cursor, made once as Django makes its own (with the time
@@ -602,7 +615,7 @@ class PostgresHotPath:
     may hand us another server connection at any time (``DISABLE_SERVER_SIDE_CURSORS``,
     what Django's documentation has such deployments set), and without
     ``several_statements``. A session that lost a statement we prepared there
-    (:data:`LOST_PREPARED_STATEMENT`) is forgotten, and the call replayed.
+    (:data:`LOST_PREPARED_STATEMENT`) is read back from the server, and the call replayed.
     """
 
     claim_is_one_statement = True
@@ -655,12 +668,16 @@ class PostgresHotPath:
         connection.close_if_health_check_failed()  # as Django does before a cursor
         connection.ensure_connection()
         session = _session(connection)
+        if session.unsure:
+            session.reread(connection)
         parts = [before] if before else []
         trailing = 0  # statements after ``statement``'s EXECUTE
+        preparing = False
         for sent in statements:
             if sent.name not in session.prepared:
                 session.prepared.add(sent.name)  # PREPARE is not undone by a rollback
                 parts.append(sent.prepare)
+                preparing = True
                 trailing += sent is not statement
             parts.append(sent.execute)
             trailing += sent is not statement
@@ -670,8 +687,8 @@ class PostgresHotPath:
                 direct if direct is not None else _sent(connection, parts, params, read, trailing)
             )
         except DatabaseError as error:
-            if _sqlstate(error) == LOST_PREPARED_STATEMENT:
-                session.prepared.clear()
+            if preparing or _sqlstate(error) in _PREPARED_STATEMENT_STATES:
+                session.unsure = True
             raise
 
     # -- claim --------------------------------------------------------------------------
