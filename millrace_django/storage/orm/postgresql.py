@@ -60,7 +60,7 @@ from millrace_django.storage.orm.transactions import InsertConflict
 LOST_PREPARED_STATEMENT = "26000"
 """SQLSTATE of an ``EXECUTE`` whose prepared statement the session does not have (a
 pooler moved us to another server connection, or someone ran ``DEALLOCATE``): the
-storage forgets what it prepared there and the call is replayed."""
+storage reads back what the session has prepared and the call is replayed."""
 DUPLICATE_PREPARED_STATEMENT = "42P05"
 _PREPARED_STATEMENT_STATES = frozenset({LOST_PREPARED_STATEMENT, DUPLICATE_PREPARED_STATEMENT})
 
