@@ -14,6 +14,7 @@ cluster of :mod:`tests.reliability.pgcluster`, or the shared server's test datab
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -40,27 +41,34 @@ def connect(url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(url, autocommit=True, application_name="millrace-fault-test")
 
 
-def worker_backends(url: str, application: str = WORKER_APPLICATION) -> list[int]:
-    """The server pids of the sessions opened with ``application`` as their name."""
+_BY_WORKER = """
+    SELECT split_part(application_name, ' ', 2)::int AS worker, {aggregate}
+    FROM pg_stat_activity
+    WHERE split_part(application_name, ' ', 1) = %s AND datname = current_database()
+    GROUP BY worker
+"""
+"""Sessions grouped by the worker process that opened them: the harness's settings append
+the process id to the ``application_name``."""
+
+
+def _per_worker(url: str, aggregate: str, application: str) -> Counter[int]:
     with connect(url) as connection:
         rows = connection.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-            " AND datname = current_database()",
-            [application],
+            sql.SQL(_BY_WORKER).format(aggregate=sql.SQL(aggregate)), [application]
         ).fetchall()
-    return [pid for (pid,) in rows]
+    return Counter(dict(rows))
 
 
-def terminate_backends(url: str, application: str = WORKER_APPLICATION) -> int:
-    """Terminate every session named ``application`` on ``url``'s database (claim,
-    acknowledgement, heartbeat and listener connections alike); how many there were."""
-    with connect(url) as connection:
-        row = connection.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE application_name = %s AND datname = current_database()",
-            [application],
-        ).fetchone()
-    return int(row[0]) if row else 0
+def worker_sessions(url: str, application: str = WORKER_APPLICATION) -> Counter[int]:
+    """How many sessions each worker named ``application`` holds, by its process id."""
+    return _per_worker(url, "count(*)", application)
+
+
+def terminate_backends(url: str, application: str = WORKER_APPLICATION) -> Counter[int]:
+    """Terminate every session of the workers named ``application`` on ``url``'s database
+    (claim, acknowledgement, heartbeat and listener connections alike); how many each
+    worker held, by its process id."""
+    return _per_worker(url, "count(pg_terminate_backend(pid))", application)
 
 
 class CompletionBlocker:

@@ -45,6 +45,7 @@ from tests.reliability.faults import (
     TableLock,
     connect,
     terminate_backends,
+    worker_sessions,
 )
 from tests.reliability.harness import jobs, journal
 from tests.reliability.harness.processes import REPO, ManagePy, wait_until
@@ -241,14 +242,22 @@ def test_workers_ride_out_their_sessions_being_terminated_under_load(
 ) -> None:
     ids = enqueue_work(client, SIZES.backlog, SIZES.job_seconds)
     workers = start_workers(rig, SIZES.workers)
+    pids = {worker.pid for worker in workers}
     terminated = []
     for n in range(1, SIZES.terminations + 1):
         wait_for_successes(database.url, n * len(ids) // (SIZES.terminations + 2))
+        # A worker holds no session from a round until it reconnects (its listener may
+        # be pausing between attempts), so each round waits for every worker to hold one.
+        wait_until(
+            lambda: set(worker_sessions(database.url)) == pids,
+            LISTENER_RECONNECT_SECONDS,
+            "every worker holding a session again",
+        )
         terminated.append(terminate_backends(database.url))
     last_fault = time.monotonic()
 
-    # Each round hit every worker (each holds at least its listener's session).
-    assert min(terminated) >= len(workers), terminated
+    # Each round hit every worker's sessions.
+    assert all(set(hit) == pids for hit in terminated), (pids, terminated)
     wait_for_successes(database.url, len(ids))
     assert_rode_it_out(rig, workers, last_fault)
     assert stop_all(rig) == [0] * len(workers)
