@@ -62,7 +62,6 @@ LOST_PREPARED_STATEMENT = "26000"
 pooler moved us to another server connection, or someone ran ``DEALLOCATE``): the
 storage reads back what the session has prepared and the call is replayed."""
 DUPLICATE_PREPARED_STATEMENT = "42P05"
-_PREPARED_STATEMENT_STATES = frozenset({LOST_PREPARED_STATEMENT, DUPLICATE_PREPARED_STATEMENT})
 
 
 def _q(name: str) -> str:
@@ -687,7 +686,8 @@ class PostgresHotPath:
                 direct if direct is not None else _sent(connection, parts, params, read, trailing)
             )
         except DatabaseError as error:
-            if preparing or _sqlstate(error) in _PREPARED_STATEMENT_STATES:
+            # A duplicate (42P05) can only come from a PREPARE, so ``preparing`` covers it.
+            if preparing or _sqlstate(error) == LOST_PREPARED_STATEMENT:
                 session.unsure = True
             raise
 
