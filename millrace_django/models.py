@@ -157,6 +157,12 @@ class Job(models.Model):
                 lead=[],
             ),
             PartialIndex(
+                name="millrace_job_parent",
+                fields=["parent_id", "created_at"],
+                condition=Q(parent_id__isnull=False),
+                lead=[],
+            ),
+            PartialIndex(
                 name="millrace_job_monitor_state",
                 fields=["state", "-created_at", "-uuid"],
                 condition=Q(state__in=_LISTED_BY_STATE),
