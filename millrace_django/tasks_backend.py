@@ -12,7 +12,8 @@ task id is the job's UUID as a string, so the dashboard shows the same id.
 
 ``get_result`` rebuilds a ``TaskResult`` from the stored job: the task is the very
 object the module defines (so ``Task.get_result`` never reports a mismatch), with the
-stored priority, queue and ``run_after``. See ``docs/django-tasks.md``.
+priority, queue, ``run_after`` and options it was enqueued with, so the result equals
+the one ``enqueue()`` returned. See ``docs/django-tasks.md``.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from millrace_django.engine import (
 from millrace_django.engine.jsonvalues import json_problem
 from millrace_django.errors import MillraceError
 from millrace_django.tasks import attempts
+from millrace_django.tasks.declared import declared_changes, declared_options
 
 if TYPE_CHECKING:
     _TaskBase = Task[Any, Any]
@@ -218,6 +220,9 @@ class MillraceBackend(BaseTaskBackend):
         }
         if task.run_after is not None:
             stored["run_after"] = task.run_after.isoformat()
+        options = declared_options(task)
+        if options:
+            stored["options"] = options
         due_at = _due_at(task.run_after, client)
         runner = run_task.using(
             queue=task.queue_name,
@@ -321,6 +326,7 @@ def run_task(
     kwargs: dict[str, Any],
     backend: str,
     run_after: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """Run one enqueued Django task: the job each ``task.enqueue()`` stores.
 
@@ -330,7 +336,7 @@ def run_task(
     return value, which becomes the job's result. An exception is re-raised after
     ``task_finished`` so Millrace records the failure and retries per the job's policy.
     """
-    call = _StoredCall(task_path, args, kwargs, backend, run_after)
+    call = _StoredCall(task_path, args, kwargs, backend, run_after, options)
     return _Run(context, call).run()
 
 
@@ -475,6 +481,9 @@ class _StoredCall:
     kwargs: dict[str, Any]
     backend: str
     run_after: str | None
+    options: dict[str, Any] | None
+    """The options the task declared that the job keeps only resolved
+    (:mod:`millrace_django.tasks.declared`)."""
 
 
 def _stored_call(details: JobDetails) -> _StoredCall | None:
@@ -485,19 +494,22 @@ def _stored_call(details: JobDetails) -> _StoredCall | None:
     stored = invocation.kwargs
     task_path, args, kwargs = stored.get("task_path"), stored.get("args"), stored.get("kwargs")
     backend, run_after = stored.get("backend"), stored.get("run_after")
+    options = stored.get("options")
     if not (
         isinstance(task_path, str)
         and isinstance(args, list)
         and isinstance(kwargs, dict)
         and isinstance(backend, str)
         and (run_after is None or isinstance(run_after, str))
+        and (options is None or isinstance(options, dict))
     ):
         return None
-    return _StoredCall(task_path, args, kwargs, backend, run_after)
+    return _StoredCall(task_path, args, kwargs, backend, run_after, options)
 
 
 def _stored_task(call: _StoredCall, details: JobDetails) -> Task[Any, Any]:
-    """The task object the module defines, with the options the job was stored with."""
+    """The task object the module defines, with the options it was enqueued with, as it
+    declared them (equal to the task ``enqueue()`` was given)."""
     try:
         found = import_string(call.task_path)
     except ImportError as error:
@@ -517,8 +529,7 @@ def _stored_task(call: _StoredCall, details: JobDetails) -> Task[Any, Any]:
     }
     if isinstance(found, MillraceTask):
         changes.update(
-            retry=details.retry,
-            max_attempts=details.retry.max_attempts,
+            declared_changes(call.options or {}),
             timeout=details.timeout,
             idempotency_key=details.idempotency_key,
         )

@@ -11,8 +11,9 @@ from __future__ import annotations
 import random as _random
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-from millrace_django.contract import RetryKind, RetrySpec
+from millrace_django.contract import JSON, RetryKind, RetrySpec
 from millrace_django.engine.errors import InvalidRetry
 
 _MAX_EXPONENT = 62
@@ -106,3 +107,25 @@ def next_delay(
         half = delay / 2
         delay = half + (delay - half) * random()
     return delay
+
+
+def retry_json(retry: RetrySpec) -> dict[str, JSON]:
+    """A policy as JSON (delays in whole microseconds, so it reads back exactly)."""
+    return {
+        "kind": retry.kind.value,
+        "max_attempts": retry.max_attempts,
+        "base_delay_us": retry.base_delay // timedelta(microseconds=1),
+        "max_delay_us": retry.max_delay // timedelta(microseconds=1),
+        "jitter": retry.jitter,
+    }
+
+
+def retry_of(stored: dict[str, Any]) -> RetrySpec:
+    """The policy :func:`retry_json` wrote."""
+    return RetrySpec(
+        kind=RetryKind(stored["kind"]),
+        max_attempts=int(stored["max_attempts"]),
+        base_delay=timedelta(microseconds=int(stored["base_delay_us"])),
+        max_delay=timedelta(microseconds=int(stored["max_delay_us"])),
+        jitter=bool(stored["jitter"]),
+    )

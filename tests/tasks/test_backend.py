@@ -347,6 +347,22 @@ def test_options_survive_using_and_the_round_trip(runner: JobRunner) -> None:
     assert fetched.func is t.always_fails.func
 
 
+def test_a_fetched_result_equals_the_enqueued_one_with_the_options_as_declared(
+    runner: JobRunner,
+) -> None:
+    later = runner.clock.now() + timedelta(hours=1)
+    for declared, args in (
+        (t.add, (1, 2)),  # no Millrace option: the job's resolved policy must not show
+        (t.always_fails.using(max_attempts=2, priority=3), ("x",)),  # retry, max_attempts
+        (t.once.using(timeout=30, idempotency_key="k", run_after=later), ("x",)),
+        (t.add.using(retry=Retry.none(), max_attempts=4), (1, 2)),  # over no retries
+    ):
+        result = declared.enqueue(*args)
+        fetched = default_task_backend.get_result(result.id)
+        assert fetched.task == declared
+        assert fetched == result
+
+
 def test_an_idempotency_key_returns_the_waiting_task_instead_of_a_second(
     runner: JobRunner, signals: Signals
 ) -> None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import transaction
-from django.tasks import TaskResultStatus
+from django.tasks import TaskResultStatus, default_task_backend
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.test import override_settings
+from django.utils import timezone
 
 from millrace_django import wiring
 from millrace_django.conf import get_settings
@@ -82,6 +84,14 @@ def test_a_worker_runs_tasks_and_results_come_back(signals: Signals) -> None:
     assert signals.of(failed.id)[-1] == ("finished", "FAILED")
     worker_signals = [s for s in signals.sent if s.signal != "enqueued"]
     assert all(s.thread.startswith("millrace-job") for s in worker_signals)
+
+
+def test_a_result_read_back_from_the_database_equals_the_enqueued_one() -> None:
+    later = timezone.now() + timedelta(hours=1)
+    for declared in (t.once, t.flaky.using(max_attempts=2, run_after=later, priority=-3)):
+        result = declared.enqueue(1)
+        assert default_task_backend.get_result(result.id) == result
+        assert declared.get_result(result.id).task == declared
 
 
 def test_retries_are_read_back_between_and_after_attempts() -> None:

@@ -43,6 +43,7 @@ from millrace_django.contract import (
     RetrySpec,
     WorkflowInstanceRecord,
 )
+from millrace_django.engine.retry import retry_json, retry_of
 from millrace_django.engine.workflow import targets
 from millrace_django.engine.workflow.definition import Workflow
 from millrace_django.engine.workflow.documents import type_name
@@ -90,26 +91,6 @@ def initial_cursor(*, module: str, queue: str, retry: RetrySpec) -> Cursor:
         "done": [],
         "error": None,
     }
-
-
-def retry_json(retry: RetrySpec) -> dict[str, JSON]:
-    return {
-        "kind": retry.kind.value,
-        "max_attempts": retry.max_attempts,
-        "base_delay_us": retry.base_delay // timedelta(microseconds=1),
-        "max_delay_us": retry.max_delay // timedelta(microseconds=1),
-        "jitter": retry.jitter,
-    }
-
-
-def retry_of(stored: dict[str, Any]) -> RetrySpec:
-    return RetrySpec(
-        kind=RetryKind(stored["kind"]),
-        max_attempts=int(stored["max_attempts"]),
-        base_delay=timedelta(microseconds=int(stored["base_delay_us"])),
-        max_delay=timedelta(microseconds=int(stored["max_delay_us"])),
-        jitter=bool(stored["jitter"]),
-    )
 
 
 _NO_RETRY = RetrySpec(kind=RetryKind.NONE, max_attempts=1)
