@@ -1,6 +1,6 @@
 """Millrace for Django: durable background jobs and workflows as a Django app.
 
-    from millrace_django import job, jobs, tenant, Retry, workflows
+    from millrace_django import job, jobs, tenant, Retry, JobContext, workflows
 
 The names load lazily, so importing ``millrace_django.contract`` (say, to write a
 provider) pulls in nothing else.
@@ -15,9 +15,11 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from millrace_django import jobs, workflows
+    from millrace_django.contract import JobState
     from millrace_django.engine.context import JobContext
     from millrace_django.engine.registry import job
     from millrace_django.engine.retry import Retry
+    from millrace_django.engine.status import JobStatus
     from millrace_django.engine.tenancy import current_tenant, tenant
     from millrace_django.workflows import signal
 
@@ -25,6 +27,8 @@ _EXPORTS = {
     "job": ("millrace_django.engine.registry", "job"),
     "Retry": ("millrace_django.engine.retry", "Retry"),
     "JobContext": ("millrace_django.engine.context", "JobContext"),
+    "JobState": ("millrace_django.contract", "JobState"),
+    "JobStatus": ("millrace_django.engine.status", "JobStatus"),
     "tenant": ("millrace_django.engine.tenancy", "tenant"),
     "current_tenant": ("millrace_django.engine.tenancy", "current_tenant"),
     "signal": ("millrace_django.workflows", "signal"),
@@ -42,6 +46,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "JobContext",
+    "JobState",
+    "JobStatus",
     "Retry",
     "current_tenant",
     "job",

@@ -1,7 +1,8 @@
 """Job management through the configured client: ``from millrace_django import jobs``.
 
 Thin functions over :class:`~millrace_django.engine.client.JobClient`, so application
-code never wires storage itself.
+code never wires storage itself. ``get`` has an async twin, ``aget``, run the way Django
+runs its own async APIs (``sync_to_async``, thread-sensitive).
 """
 
 from __future__ import annotations
@@ -10,9 +11,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
+from asgiref.sync import sync_to_async
+
 from millrace_django.engine.client import Batch
 from millrace_django.engine.current import default_client
 from millrace_django.engine.registry import JobLike
+from millrace_django.engine.status import JobStatus
+
+
+def get(job_id: UUID | str) -> JobStatus | None:
+    """The job's state, attempts, result and last error, as stored now; ``None`` for an
+    unknown id (or one purged after its retention)."""
+    return default_client().get(job_id)
+
+
+async def aget(job_id: UUID | str) -> JobStatus | None:
+    """:func:`get` from async code."""
+    return await sync_to_async(get, thread_sensitive=True)(job_id)
 
 
 def continue_with(parent_id: UUID, job: JobLike, /, *args: Any, **kwargs: Any) -> UUID:

@@ -1,6 +1,7 @@
 """L1, the engine: job definitions, invocation capture, retries, cron, the client and
-the outcome rules. Imports the contract, the standard library and croniter only; the
-Django edge wires a storage and settings into it."""
+the outcome rules. Imports the contract, the standard library, croniter and asgiref (for
+the async twins of the enqueue calls) only; the Django edge wires a storage and settings
+into it."""
 
 from millrace_django.engine.client import Batch, JobClient
 from millrace_django.engine.config import EngineConfig, EngineSettings
@@ -37,6 +38,7 @@ from millrace_django.engine.registry import (
     registered_jobs,
 )
 from millrace_django.engine.retry import Retry, next_delay, validate_retry
+from millrace_django.engine.status import JobStatus
 from millrace_django.engine.tenancy import current_tenant, tenant
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "JobLike",
     "JobNotFinished",
     "JobOptions",
+    "JobStatus",
     "JobTimedOut",
     "LogLine",
     "NotConfigured",

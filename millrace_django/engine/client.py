@@ -51,6 +51,7 @@ from millrace_django.engine.registry import (
     unpack,
 )
 from millrace_django.engine.retry import validate_retry
+from millrace_django.engine.status import JobStatus, job_id_of
 from millrace_django.engine.tenancy import current_tenant
 from millrace_django.ids import id_at, new_id
 from millrace_django.observability.telemetry import publish
@@ -210,7 +211,13 @@ class JobClient:
         self.store([occurrence(record, self.clock)])
         return True
 
-    # -- managing jobs --------------------------------------------------------------------
+    # -- reading and managing jobs --------------------------------------------------------
+
+    def get(self, job_id: UUID | str) -> JobStatus | None:
+        """The job's state, attempts, result and last error as stored now; ``None`` for
+        an unknown (or purged) id. Any tenant's job is read: the id is the capability."""
+        record = self.storage.get_job(job_id_of(job_id))
+        return None if record is None else JobStatus.of(record)
 
     def cancel(self, job_id: UUID) -> bool:
         """Cancel a waiting job (and its awaiting continuations), or ask a running one to

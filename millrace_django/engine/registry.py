@@ -23,6 +23,8 @@ from datetime import datetime, timedelta
 from typing import Any, cast, overload
 from uuid import UUID
 
+from asgiref.sync import sync_to_async
+
 from millrace_django.contract import RetrySpec
 from millrace_django.engine import current
 from millrace_django.engine.errors import InvalidJobDefinition
@@ -92,7 +94,8 @@ class JobOptions:
 
 
 class _Submits:
-    """``enqueue`` and ``schedule`` through the default client, for both job shapes."""
+    """``enqueue`` and ``schedule`` through the default client, for both job shapes, and
+    their async twins ``aenqueue`` and ``aschedule``."""
 
     __slots__ = ()
 
@@ -119,6 +122,29 @@ class _Submits:
             at=at,
             idempotency_key=idempotency_key,
             **kwargs,
+        )
+
+    # The async twins run the sync call the way Django's own async APIs do (django.tasks'
+    # ``aenqueue``): on the one thread that serves thread-sensitive work, so the storage
+    # reuses its database connection instead of opening one per call.
+
+    async def aenqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
+        """:meth:`enqueue` from async code."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(
+            *args, idempotency_key=idempotency_key, **kwargs
+        )
+
+    async def aschedule(
+        self,
+        *args: Any,
+        delay: timedelta | None = None,
+        at: datetime | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> UUID:
+        """:meth:`schedule` from async code."""
+        return await sync_to_async(self.schedule, thread_sensitive=True)(
+            *args, delay=delay, at=at, idempotency_key=idempotency_key, **kwargs
         )
 
 
