@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE := testproject.settings
 
-.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers clean
+.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers bench-soak clean
 
 demo: $(PY)
 	@bash scripts/demo.sh
@@ -51,13 +51,22 @@ migrations-check: $(PY)
 unit: $(PY)
 	$(PY) -m pytest -p no:cacheprovider tests/unit tests/conformance/test_memory.py
 
+# The benchmarks run against a PostgreSQL with its durable defaults (fsync,
+# synchronous_commit and full_page_writes on); `make test`'s servers have them off.
+DURABLE_DB := MILLRACE_TESTDB_DURABLE=1 bash scripts/testdb.sh run --
+
 bench: system-deps $(PY)
-	@bash scripts/testdb.sh run -- $(PY) bench/storage_bench.py
+	@$(DURABLE_DB) $(PY) bench/storage_bench.py
 
 # Millrace beside procrastinate, django-tasks-db, pgqueuer, Celery and a raw-SQL bound
 # (peers installed into .tmp/bench-peers/venv); BENCH_ARGS=--quick for a smoke run.
 bench-peers: system-deps $(PY)
-	@bash scripts/testdb.sh run -- $(PY) bench/peer_bench.py $(BENCH_ARGS)
+	@$(DURABLE_DB) $(PY) bench/peer_bench.py $(BENCH_ARGS)
+
+# An hour of steady load at half the measured drain rate, purging all along; judged on
+# throughput, pickup p99 and table sizes (docs/benchmarks.md). SOAK_ARGS="--minutes 15".
+bench-soak: system-deps $(PY)
+	@$(DURABLE_DB) $(PY) bench/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .tmp db.sqlite3

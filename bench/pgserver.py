@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql as pgsql
+
+DURABILITY = ("fsync", "synchronous_commit", "full_page_writes")
+"""The server settings that decide what a commit costs: every bench prints them."""
 
 
 def server_url() -> str:
@@ -32,3 +36,18 @@ def admin_connection(url: str) -> psycopg.Connection[Any]:
         dbname=parts.path.lstrip("/") or "postgres",
         autocommit=True,
     )
+
+
+def database_url(url: str, name: str) -> str:
+    """``url`` naming the database ``name`` instead."""
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def recreate_database(url: str, name: str, *, create: bool) -> None:
+    """Drop the database ``name`` (ending its sessions), then create it afresh if
+    ``create``."""
+    with admin_connection(url) as conn:
+        drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+        conn.execute(drop.format(pgsql.Identifier(name)))
+        if create:
+            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import psycopg
-from pgserver import admin_connection, server_url
+from pgserver import DURABILITY, admin_connection, server_url
 from psycopg import sql as pgsql
 
 from millrace_django.clock import SystemClock
@@ -720,7 +720,7 @@ def describe_machine(report: Report) -> None:
 
     settings = {
         name: cursor_execute(f"SHOW {name}")[0][0]
-        for name in ("server_version", "shared_buffers", "fsync", "synchronous_commit")
+        for name in ("server_version", "shared_buffers", *DURABILITY)
     }
     report.versions = {
         "python": platform.python_version(),

@@ -29,11 +29,11 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import psycopg
-from pgserver import admin_connection, server_url
-from psycopg import sql as pgsql
+from millrace_processes import environment, worker_command
+from pgserver import DURABILITY, database_url, recreate_database, server_url
 
 REPO = Path(__file__).resolve().parent.parent
 ALIAS = "bench"
@@ -121,14 +121,6 @@ class Report:
 # --------------------------------------------------------------------------- set-up
 
 
-def recreate_database(url: str, name: str, *, create: bool) -> None:
-    with admin_connection(url) as conn:
-        drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-        conn.execute(drop.format(pgsql.Identifier(name)))
-        if create:
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
-
-
 def setup_django(url: str, name: str) -> None:
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
@@ -180,8 +172,8 @@ def describe_machine(report: Report) -> None:
     server = sql("SHOW server_version")[0][0]
     settings = dict(
         sql(
-            "SELECT name, setting FROM pg_settings "
-            "WHERE name IN ('fsync', 'synchronous_commit', 'max_connections')"
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+            [[*DURABILITY, "max_connections"]],
         )
     )
     report.versions = {
@@ -340,9 +332,7 @@ def drain(name: str, config: Any, sizes: Sizes) -> Drain:
     return result
 
 
-def drain_processes(
-    name: str, processes: int, config: Any, sizes: Sizes, database_url: str
-) -> Drain:
+def drain_processes(name: str, processes: int, config: Any, sizes: Sizes, bench_url: str) -> Drain:
     """``manage.py millrace_worker --processes N --no-scheduler`` on the bench database
     (Django settings ``peers.django_settings``, ``MILLRACE`` set to this configuration).
     Timed from the commit of the whole backlog (one transaction, once every process has
@@ -351,19 +341,12 @@ def drain_processes(
     empty_tables()
     sql("DELETE FROM millrace_worker")
     overrides = {"CLAIM_BATCH": config.claim_batch, "CONCURRENCY": config.concurrency}
-    environment = {
+    variables = {
         key: value for key, value in os.environ.items() if not key.startswith("MILLRACE_TEST_")
     }
-    environment |= {
-        "DJANGO_SETTINGS_MODULE": "peers.django_settings",
-        "PEER_SYSTEM": "millrace",
-        "PEER_DB_URL": database_url,
-        "PEER_MILLRACE": json.dumps(overrides),
-        "PYTHONPATH": os.pathsep.join([str(REPO / "bench"), str(REPO)]),
-    }
-    command = [sys.executable, "-m", "django", "millrace_worker", "--no-scheduler"]
-    command += [f"--processes={processes}", "--verbosity=0"]
-    supervisor = subprocess.Popen(command, env=environment, cwd=REPO, start_new_session=True)
+    variables |= environment(bench_url, overrides)
+    command = worker_command(processes, scheduler=False)
+    supervisor = subprocess.Popen(command, env=variables, cwd=REPO, start_new_session=True)
     try:
         deadline = time.monotonic() + PROCESS_START_CAP
         while sql("SELECT count(*) FROM millrace_worker")[0][0] < processes:
@@ -408,12 +391,6 @@ def drain_processes(
         flush=True,
     )
     return result
-
-
-def bench_database_url(url: str, name: str) -> str:
-    """``url`` naming the database ``name`` instead."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 def pickup(name: str, config: Any, sizes: Sizes) -> Pickup:
@@ -524,10 +501,10 @@ def main() -> None:
             f"\ndrain: the same backlog, `millrace_worker --processes N` "
             f"({os.cpu_count()} CPUs here)"
         )
-        database_url = bench_database_url(url, name)
+        bench_url = database_url(url, name)
         for processes in sizes.processes:
             report.process_drains.append(
-                drain_processes("default", processes, settings_with(), sizes, database_url)
+                drain_processes("default", processes, settings_with(), sizes, bench_url)
             )
         best_processes = settings_with(claim_batch=best.claim_batch, concurrency=best.concurrency)
         report.process_drains.append(
@@ -536,7 +513,7 @@ def main() -> None:
                 max(sizes.processes),
                 best_processes,
                 sizes,
-                database_url,
+                bench_url,
             )
         )
 

@@ -12,13 +12,22 @@
 #   scripts/testdb.sh stop                  stop the servers started by `start`
 #
 # Environment: PG_BIN (default /usr/lib/postgresql/15/bin),
-#              MILLRACE_TESTDB_STATE_DIR (default <repo>/.tmp/testdb).
+#              MILLRACE_TESTDB_STATE_DIR (default <repo>/.tmp/testdb, or
+#                  <repo>/.tmp/testdb-durable with MILLRACE_TESTDB_DURABLE=1),
+#              MILLRACE_TESTDB_DURABLE=1: PostgreSQL keeps its durable defaults (fsync,
+#                  synchronous_commit and full_page_writes on), for the benchmarks;
+#                  without it they are off, which is all the test suite needs.
 # Works as root (servers run as the postgres / mysql OS users) or as an ordinary user.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
-STATE_DIR=${MILLRACE_TESTDB_STATE_DIR:-$REPO/.tmp/testdb}
+DURABLE=${MILLRACE_TESTDB_DURABLE:-0}
+if [ "$DURABLE" = 1 ]; then
+    STATE_DIR=${MILLRACE_TESTDB_STATE_DIR:-$REPO/.tmp/testdb-durable}
+else
+    STATE_DIR=${MILLRACE_TESTDB_STATE_DIR:-$REPO/.tmp/testdb}
+fi
 STATE_FILE=$STATE_DIR/state.env
 DB_USER=millrace
 DB_PASSWORD=millrace
@@ -144,6 +153,16 @@ client_bin() {
 
 # --------------------------------------------------------------------------- PostgreSQL
 
+pg_durability() {
+    # What the server does on commit: nothing reaches the disk for the test suite;
+    # PostgreSQL's own defaults (every commit flushed) for the benchmarks.
+    if [ "$DURABLE" = 1 ]; then
+        echo "# durable: PostgreSQL's defaults (fsync, synchronous_commit, full_page_writes on)"
+    else
+        printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n'
+    fi
+}
+
 pg_start() {
     local attempt
     PG_DIR=$(mktemp -d "$(temp_base)/millrace-pg.XXXXXX")
@@ -164,9 +183,7 @@ listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$PG_DIR'
 max_connections = 200
-fsync = off
-synchronous_commit = off
-full_page_writes = off
+$(pg_durability)
 EOF
         if as_user postgres setsid -w "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" \
             -w -t "$PG_READY_SECONDS" start </dev/null >/dev/null 2>&1 9>&-; then
@@ -194,6 +211,11 @@ EOF
         tail_log "$PG_DIR/postgres.log"
         die "PostgreSQL role/database setup failed"
     fi
+}
+
+durable_note() {
+    [ "$DURABLE" = 1 ] && echo " (durable: fsync on)"
+    return 0
 }
 
 pg_running() {
@@ -349,7 +371,7 @@ cmd_run() {
     export MILLRACE_TEST_POSTGRES_URL MILLRACE_TEST_MARIADB_URL
     MILLRACE_TEST_POSTGRES_URL=$(pg_url)
     MILLRACE_TEST_MARIADB_URL=$(my_url)
-    log "PostgreSQL on 127.0.0.1:$PG_PORT, MariaDB on 127.0.0.1:$MY_PORT"
+    log "PostgreSQL on 127.0.0.1:$PG_PORT$(durable_note), MariaDB on 127.0.0.1:$MY_PORT"
     # Run the command in the background (keeping our stdin) so that a TERM/INT sent to
     # this script is forwarded to it at once and the servers are still stopped after.
     local rc=0 child
@@ -410,7 +432,7 @@ cmd_start() {
     start_all
     save_state
     trap - EXIT INT TERM
-    log "PostgreSQL on 127.0.0.1:$PG_PORT, MariaDB on 127.0.0.1:$MY_PORT (state in $STATE_DIR; stop with $0 stop)"
+    log "PostgreSQL on 127.0.0.1:$PG_PORT$(durable_note), MariaDB on 127.0.0.1:$MY_PORT (state in $STATE_DIR; stop with $0 stop)"
     print_exports
 }
 
