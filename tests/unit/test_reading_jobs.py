@@ -4,6 +4,7 @@ test runner over the ORM provider stands in for the workers."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Iterator
 from datetime import timedelta
@@ -11,8 +12,9 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings as django_settings
+from django.db import connections
 
 from millrace_django import JobContext, JobState, JobStatus, Retry, job, jobs, tenant
 from millrace_django.ids import new_id
@@ -156,6 +158,22 @@ def test_an_async_enqueue_with_a_held_key_returns_the_holders_id(runner: JobRunn
         return await add.using(queue="emails").aenqueue(1, 2, idempotency_key="sum-1-2")
 
     assert async_to_sync(enqueue_again)() == first
+
+
+@pytest.mark.django_db(transaction=True, databases=ALIASES)
+def test_an_enqueue_awaited_on_a_bare_event_loop_stores_the_job(runner: JobRunner) -> None:
+    """As under an ASGI server: no synchronous caller lends its thread."""
+
+    async def enqueue() -> UUID:
+        try:
+            return await add.aenqueue(3, 4)
+        finally:  # the thread-sensitive thread's connections, closed as a request would
+            await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+    job_id = asyncio.run(enqueue())
+    runner.run_until_idle()
+
+    assert runner.assert_succeeded(job_id).result == {"sum": 7}
 
 
 def test_an_async_schedule_stores_the_job_due_after_its_delay(runner: JobRunner) -> None:
