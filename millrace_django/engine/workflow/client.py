@@ -89,11 +89,16 @@ class WorkflowInstance:
         return self.state in TERMINAL_INSTANCE_STATES
 
 
+_ENDED_BY_A_FAILURE = frozenset({InstanceState.FAILED, InstanceState.COMPENSATED})
+"""Finished states whose checkpoint names the step that failed (a compensated instance
+unwound its saga because of it)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Position:
     """Where an instance is: nodes finished (at least once), running (a job holds
-    them), waiting (for a signal or a timer), compensating, and failed awaiting an
-    operator."""
+    them), waiting (for a signal or a timer), compensating, and failed (awaiting an
+    operator, or the step whose failure ended a failed or compensated instance)."""
 
     state: InstanceState
     done: tuple[str, ...] = ()
@@ -342,8 +347,9 @@ class WorkflowClient:
         waiting += [wait["node"] for wait in cursor.get("waits", {}).values()]
         failed = [stuck["node"] for stuck in cursor.get("stuck", {}).values()]
         error = cursor.get("error")
-        if record.state is InstanceState.FAILED and isinstance(error, dict):
-            failed.append(str(error.get("node")))
+        ended_by = error.get("node") if isinstance(error, dict) else None
+        if ended_by is not None and record.state in _ENDED_BY_A_FAILURE:
+            failed.append(str(ended_by))
         return Position(
             state=record.state,
             done=tuple(cursor.get("done", ())),

@@ -43,6 +43,17 @@ def test_a_failed_saga_step_compensates_the_completed_steps_newest_first(
     assert "a5" not in position.done  # nothing after the saga ran
 
 
+def test_a_compensated_instance_marks_the_step_that_failed_in_its_position(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    instance_id = workflows.start(flows.TRIP, {"fail": {"charge_card": "always"}})
+    run(runner)
+    runner.assert_instance(instance_id, InstanceState.COMPENSATED)
+    position = workflows.position(instance_id)
+    assert position.failed == ("a4",)
+    assert position.to_json()["failed"] == ["a4"]
+
+
 def test_compensation_starts_only_once_the_step_exhausted_its_retries() -> None:
     runner = JobRunner(config=EngineSettings(default_retry=Retry.fixed(timedelta(seconds=1), 2)))
     instance_id = runner.workflows.start(flows.TRIP, {"fail": {"book_flight": "always"}})
