@@ -14,6 +14,7 @@ from millrace_django.contract.cursor import (
 )
 from millrace_django.contract.monitoring import (
     ATTEMPT_HISTORY_CAP,
+    CONTINUATION_CAP,
     DEFAULT_PAGE_SIZE,
     LOG_LINE_CAP,
     MAX_PAGE_SIZE,
@@ -84,6 +85,7 @@ __all__ = [
     "ACTIVE_JOB_STATES",
     "ALLOWED_JOB_TRANSITIONS",
     "ATTEMPT_HISTORY_CAP",
+    "CONTINUATION_CAP",
     "DEFAULT_PAGE_SIZE",
     "INSERTABLE_JOB_STATES",
     "JSON",

@@ -19,6 +19,8 @@ from millrace_django.contract.states import InstanceState, JobState
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 ATTEMPT_HISTORY_CAP = 10
+CONTINUATION_CAP = 20
+"""Continuations listed in a job's details: the newest ones."""
 LOG_LINE_CAP = 200
 """Log lines kept per job: the newest ones."""
 THROUGHPUT_MINUTES_CAP = 1440
@@ -153,11 +155,28 @@ class JobSummary:
     failures: int
     tenant_id: str | None
     worker_id: str | None
+    last_attempt_recorded: bool
+    """The attempt history holds the latest attempt (number ``attempt``): it ended failed
+    or interrupted. Otherwise it is running, it ended with an outcome other than a
+    failure (success, a cancel, a poison-pill verdict), or there was none."""
+    workflow_instance_id: UUID | None
+    activity_node_id: str | None
+    """The workflow step (graph node) a workflow job runs, resumes or recovers."""
+    workflow_definition_id: str | None
+    """The definition of the job's workflow instance (``None`` once the instance is gone)."""
 
     @property
     def interruptions(self) -> int:
-        """Claims that ended without a recorded failure (the one in flight included)."""
-        return self.attempt - self.failures
+        """Attempts that ended without an outcome: a lost lease, a crash, a release.
+
+        Every attempt but the latest ended failed or interrupted (any other end is final),
+        and ``failures`` counts the failed ones. The latest one is an interruption only
+        when the history holds it and it did not fail: one in flight, a success, a cancel
+        or a verdict is none."""
+        ended_without_outcome = self.attempt - self.failures
+        if not self.last_attempt_recorded:
+            ended_without_outcome -= 1
+        return max(0, ended_without_outcome)
 
 
 class AttemptOutcome(StrEnum):
@@ -193,10 +212,11 @@ class JobDetails:
     """Oldest first, at most :data:`LOG_LINE_CAP` (the newest)."""
     lease_until: datetime | None
     cancel_requested: bool
-    workflow_instance_id: UUID | None
-    activity_node_id: str | None
     attempts: Sequence[JobAttempt]
     """Newest first, at most :data:`ATTEMPT_HISTORY_CAP`."""
+    continuations: Sequence[JobSummary]
+    """The jobs continuing this one (``parent_id`` is its id), newest first, at most
+    :data:`CONTINUATION_CAP`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

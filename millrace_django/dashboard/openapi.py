@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from millrace_django.contract import (
+    CONTINUATION_CAP,
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     AttemptOutcome,
@@ -68,9 +69,20 @@ JOB_SUMMARY = _object(
         "finishedAt": _nullable(INSTANT),
         "attempt": INTEGER,
         "failures": INTEGER,
-        "interruptions": INTEGER,
+        "interruptions": {
+            **INTEGER,
+            "description": "attempts that ended without an outcome (a lost lease, a crash, "
+            "a release); never the one running, a success, a failure, a cancel or a verdict",
+        },
         "tenantId": _nullable(STRING),
         "workerId": _nullable(STRING),
+        "workflowInstanceId": _nullable(UUID_SCHEMA),
+        "workflowDefinitionId": _nullable(
+            {**STRING, "description": "null once the instance is gone"}
+        ),
+        "activityNodeId": _nullable(
+            {**STRING, "description": "the workflow step the job runs, resumes or recovers"}
+        ),
     }
 )
 
@@ -110,12 +122,16 @@ JOB_DETAILS: Schema = {
                 },
                 "leaseUntil": _nullable(INSTANT),
                 "cancelRequested": {"type": "boolean"},
-                "workflowInstanceId": _nullable(UUID_SCHEMA),
-                "activityNodeId": _nullable(STRING),
                 "attempts": {
                     "type": "array",
                     "items": _ref("JobAttempt"),
                     "description": "executions that ended badly, newest first, at most 10",
+                },
+                "continuations": {
+                    "type": "array",
+                    "items": _ref("JobSummary"),
+                    "description": "the jobs continuing this one, newest first, "
+                    f"at most {CONTINUATION_CAP}",
                 },
             }
         ),

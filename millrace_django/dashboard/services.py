@@ -17,11 +17,8 @@ from millrace_django import wiring
 from millrace_django.conf import get_settings
 from millrace_django.contract import (
     JSON,
-    JobQuery,
-    JobState,
     JobStorage,
     MonitoringStorage,
-    TenantFilter,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
@@ -29,9 +26,6 @@ from millrace_django.engine.client import JobClient
 from millrace_django.engine.workflow import Position, WorkflowClient, WorkflowInstance, find
 from millrace_django.engine.workflow.graph import read_path
 from millrace_django.errors import MillraceError
-
-RUNNING_SAMPLE = 200
-"""Running jobs read to list the workers holding leases (one page, newest first)."""
 
 
 def monitoring() -> MonitoringStorage:
@@ -65,40 +59,6 @@ def configured_queues() -> list[str]:
 
 
 # -- workers and throughput ------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerLoad:
-    """A worker seen holding leases on running jobs."""
-
-    worker_id: str
-    running: int
-    queues: tuple[str, ...]
-    oldest_start: datetime
-
-
-def workers_in_flight(tenant: TenantFilter) -> tuple[list[WorkerLoad], bool]:
-    """Workers holding the newest :data:`RUNNING_SAMPLE` running jobs, and whether more
-    running jobs exist than were read.
-
-    Derived from the jobs read model; idle workers and heartbeats need the worker
-    registry (see :func:`worker_registry`).
-    """
-    page = monitoring().query_jobs(
-        JobQuery(states=frozenset({JobState.PROCESSING}), tenant=tenant, limit=RUNNING_SAMPLE)
-    )
-    seen: dict[str, tuple[int, set[str], datetime]] = {}
-    for job in page.items:
-        worker = job.worker_id or "(unknown)"
-        count, queues, oldest = seen.get(worker, (0, set(), job.created_at))
-        queues.add(job.queue)
-        seen[worker] = (count + 1, queues, min(oldest, job.created_at))
-    loads = [
-        WorkerLoad(worker_id=w, running=n, queues=tuple(sorted(q)), oldest_start=o)
-        for w, (n, q, o) in seen.items()
-    ]
-    loads.sort(key=lambda load: (-load.running, load.worker_id))
-    return loads, page.next_cursor is not None
 
 
 GONE_AFTER_HEARTBEATS = 3
@@ -144,6 +104,32 @@ def worker_registry() -> list[RegisteredWorker] | None:
     return [RegisteredWorker(beat, beat.seen_at < cutoff) for beat in list_workers()]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerCensus:
+    """The registry at a glance: the workers alive, and how many are gone."""
+
+    alive: list[RegisteredWorker]
+    gone: int
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs the alive workers held at their last heartbeats."""
+        return sum(worker.heartbeat.in_flight for worker in self.alive)
+
+    @property
+    def capacity(self) -> int:
+        return sum(worker.heartbeat.concurrency for worker in self.alive)
+
+
+def worker_census() -> WorkerCensus | None:
+    """The overview's workers, from the registry (``None`` when the storage has none)."""
+    registry = worker_registry()
+    if registry is None:
+        return None
+    alive = [worker for worker in registry if not worker.gone]
+    return WorkerCensus(alive=alive, gone=len(registry) - len(alive))
+
+
 def paused_queues() -> frozenset[str] | None:
     """Queues an operator paused (``None`` when the storage cannot pause queues)."""
     read = getattr(wiring.storage(), "paused_queues", None)
@@ -159,7 +145,7 @@ class ThroughputPoint:
     failed: int
 
 
-def throughput(tenant: TenantFilter) -> Sequence[ThroughputPoint] | None:
+def throughput() -> Sequence[ThroughputPoint] | None:
     """Succeeded and dead jobs per minute over the last :data:`THROUGHPUT_MINUTES`
     minutes, the current one included, for the overview chart (all tenants: the
     storage's counts are not per tenant). ``None`` when the storage has no such read."""

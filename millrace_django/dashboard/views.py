@@ -22,9 +22,11 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from millrace_django.contract import (
+    CONTINUATION_CAP,
     JSON,
     TERMINAL_INSTANCE_STATES,
     TERMINAL_JOB_STATES,
+    AttemptOutcome,
     InstanceState,
     JobDetails,
     JobState,
@@ -203,8 +205,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         )
         for state in InstanceState
     ]
-    workers, more_running = services.workers_in_flight(tenant)
-    points = services.throughput(tenant)
+    points = services.throughput()
     return page(
         request,
         "overview.html",
@@ -218,9 +219,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             ),
             "instance_states": instance_states,
             "queues": _queue_rows(stats.enqueued_by_queue),
-            "workers": workers,
-            "more_running": more_running,
-            "running_sample": services.RUNNING_SAMPLE,
+            "census": services.worker_census(),
+            "gone_after": services.GONE_AFTER_HEARTBEATS,
             "throughput_chart": charts.throughput_chart(points) if points is not None else None,
             "provider": services.storage_provider(),
         },
@@ -294,12 +294,18 @@ class TimelineEntry:
 
 
 def _timeline(details: JobDetails) -> list[TimelineEntry]:
+    """What happened to the job, in the order it happened: created, the attempts that
+    ended badly (oldest first), the attempt running now, then what comes next (its due
+    time) or how it finished.
+
+    Ordered by those steps, never by their instants: they come from two clocks (the
+    worker's for ``finished_at``, the storage's for an attempt's ``recorded_at``), which
+    may put a job's end a few milliseconds before its last failure was recorded.
+    """
     summary = details.summary
     entries = [TimelineEntry(summary.created_at, "Created", f"queue {summary.queue}", "info")]
-    if summary.due_at is not None:
-        entries.append(TimelineEntry(summary.due_at, "Due", None, "info"))
-    for attempt in details.attempts:
-        tone = "error" if attempt.outcome.value == "failed" else "warning"
+    for attempt in reversed(details.attempts):
+        tone = "error" if attempt.outcome is AttemptOutcome.FAILED else "warning"
         worker = f" on {attempt.worker_id}" if attempt.worker_id else ""
         entries.append(
             TimelineEntry(
@@ -317,12 +323,14 @@ def _timeline(details: JobDetails) -> list[TimelineEntry]:
                 until, f"Attempt {summary.attempt} running{worker} (lease until)", None, "info"
             )
         )
+    if summary.due_at is not None:
+        due = "Retry due" if summary.state is JobState.FAILED else "Due"
+        entries.append(TimelineEntry(summary.due_at, due, None, "info"))
     if summary.finished_at is not None:
         tone = {"succeeded": "success", "dead": "error"}.get(summary.state.value, "info")
         entries.append(
             TimelineEntry(summary.finished_at, f"Finished: {summary.state.value}", None, tone)
         )
-    entries.sort(key=lambda entry: entry.at)
     return entries
 
 
@@ -354,6 +362,7 @@ def job(request: HttpRequest, job_id: UUID) -> HttpResponse:
             "progress_percent": round(fraction * 100) if fraction is not None else None,
             "progress": pretty(details.progress) if details.progress is not None else None,
             "timeline": _timeline(details),
+            "continuation_cap": CONTINUATION_CAP,
             "can_cancel": state not in TERMINAL_JOB_STATES,
             "can_run_now": state is JobState.FAILED,
             "can_requeue": state in TERMINAL_JOB_STATES,
@@ -576,7 +585,6 @@ def signals(request: HttpRequest) -> HttpResponse:
 @guarded(Permission.VIEW_JOBS)
 def queues(request: HttpRequest) -> HttpResponse:
     stats = services.monitoring().get_statistics(TenantFilter.any())
-    workers, more_running = services.workers_in_flight(TenantFilter.any())
     paused = services.paused_queues()
     return page(
         request,
@@ -585,9 +593,6 @@ def queues(request: HttpRequest) -> HttpResponse:
         {
             "queues": _queue_rows(stats.enqueued_by_queue, paused),
             "paused": paused,
-            "workers": workers,
-            "more_running": more_running,
-            "running_sample": services.RUNNING_SAMPLE,
             "registry": services.worker_registry(),
             "gone_after": services.GONE_AFTER_HEARTBEATS,
         },

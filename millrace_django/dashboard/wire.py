@@ -57,6 +57,9 @@ def job_summary(job: JobSummary) -> dict[str, Any]:
         "interruptions": job.interruptions,
         "tenantId": job.tenant_id,
         "workerId": job.worker_id,
+        "workflowInstanceId": uid(job.workflow_instance_id),
+        "workflowDefinitionId": job.workflow_definition_id,
+        "activityNodeId": job.activity_node_id,
     }
 
 
@@ -100,9 +103,8 @@ def job_details(details: JobDetails) -> dict[str, Any]:
         "logs": [{"at": instant(line.at), "message": line.message} for line in details.logs],
         "leaseUntil": instant(details.lease_until),
         "cancelRequested": details.cancel_requested,
-        "workflowInstanceId": uid(details.workflow_instance_id),
-        "activityNodeId": details.activity_node_id,
         "attempts": [attempt(a) for a in details.attempts],
+        "continuations": [job_summary(child) for child in details.continuations],
     }
 
 

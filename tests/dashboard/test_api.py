@@ -50,6 +50,7 @@ def test_a_job_page_is_camel_case_without_arguments_or_totals(operator: Client, 
     assert set(first) == {
         "id", "queue", "state", "target", "priority", "createdAt", "dueAt", "finishedAt",
         "attempt", "failures", "interruptions", "tenantId", "workerId",
+        "workflowInstanceId", "workflowDefinitionId", "activityNodeId",
     }  # fmt: skip
     following = get(operator, "/jobs", limit=2, cursor=body["nextCursor"]).json()
     assert following["items"][0]["id"] not in {i["id"] for i in body["items"]}

@@ -17,6 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 from pytest_django.live_server_helper import LiveServer
 
+from millrace_django import job, tenant
 from millrace_django.contract import JobState
 from millrace_django.testing import JobRunner
 from tests.dashboard.sample import World, runner_now, seed
@@ -172,3 +173,41 @@ def test_screenshots_of_the_detail_pages(browser, live_server, live_world, shots
     node = driver.find_element(By.CSS_SELECTOR, '.mr-graph [data-node="sig1"]')
     assert "mr-node-waiting" in node.get_attribute("class")
     assert sorted(p.name for p in shots.glob("dashboard-*.png"))
+
+
+@job
+def build_the_weekly_sales_report_for_every_region() -> None:
+    """A recurring job whose names run long, as real ones do."""
+
+
+def in_sight(driver, selector: str) -> list[bool]:
+    """For each element ``selector`` matches: whether all of it shows as the page opens,
+    nothing scrolled (a table's part that must be scrolled to, or is clipped, does not):
+    its leftmost and rightmost points at mid-height are its own."""
+    return driver.execute_script(
+        "function shows(e, x, y) {"
+        "  var hit = document.elementFromPoint(x, y);"
+        "  return hit !== null && (hit === e || e.contains(hit));"
+        "}"
+        "return Array.from(document.querySelectorAll(arguments[0]), function (e) {"
+        "  var box = e.getBoundingClientRect(), y = box.top + box.height / 2;"
+        "  return shows(e, box.left + 1, y) && shows(e, box.right - 1, y);"
+        "});",
+        selector,
+    )
+
+
+def test_every_trigger_button_of_the_recurring_list_is_in_sight(browser, live_server, live_world):
+    runner, _ = live_world
+    with tenant("acme-corporation-emea"):
+        runner.client.upsert_recurring(
+            "weekly-sales-report-for-every-region",
+            build_the_weekly_sales_report_for_every_region,
+            cron="30 6 * * MON-FRI",
+            timezone="America/Argentina/Buenos_Aires",
+        )
+    driver, base = browser, live_server.url
+    log_in(driver, base)
+    driver.get(f"{base}/admin/millrace/recurring/")
+    buttons = "#mr-recurring td button"
+    assert in_sight(driver, buttons) == [True, True]

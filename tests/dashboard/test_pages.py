@@ -40,7 +40,7 @@ class TestOverview:
         assert re.search(r">emails</a>.*?<td>1</td>", queues, re.S)
         assert re.search(r">default</a>.*?<td>0</td>", queues, re.S)
         assert 'id="mr-instances"' in page and "suspended" in page
-        assert WORKER in page
+        assert "No worker is alive now." in page  # the registry's; none registered here
         assert "Not available yet" not in page
         throughput = page[page.index('id="mr-throughput"') :]
         assert '<svg class="mr-chart"' in throughput
@@ -154,7 +154,7 @@ class TestWorkflows:
 
 def test_queues_and_workers_page(operator: Client, world: World):
     page = html(operator, "queues")
-    assert "reports" in page and WORKER in page
+    assert "reports" in page
     assert "not available yet" not in page.lower()
     assert 'class="button mr-danger mr-pause"' in page
     assert 'id="mr-registry"' in page or "No worker has registered yet." in page

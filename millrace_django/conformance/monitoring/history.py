@@ -10,10 +10,12 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
+    claim_new,
     claim_one,
     die,
     enqueue,
     fail,
+    give_back,
     job_details,
     release,
     succeed,
@@ -23,6 +25,8 @@ from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
     AttemptOutcome,
     JobAttempt,
+    JobQuery,
+    JobRecord,
     JobState,
     RetryKind,
     RetrySpec,
@@ -90,7 +94,7 @@ class AttemptHistoryFacts(FactGroup):
             )
         ]
         assert (details.summary.attempt, details.summary.failures) == (2, 0)
-        assert details.summary.interruptions == 2
+        assert details.summary.interruptions == 1, "the reclaimed attempt; not the one running"
 
     def test_a_fenced_release_records_an_interruption(
         self, store: StoreUnderTest, clock: FakeClock
@@ -165,3 +169,59 @@ class AttemptHistoryFacts(FactGroup):
         assert store.jobs.try_cancel(cancelled_id)
         assert store.jobs.apply(transition(job, JobState.CANCELLED, finished_at=clock.now()))
         assert _history(store, cancelled_id) == []
+
+    def test_interruptions_count_only_the_attempts_that_ended_without_an_outcome(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Interruptions count only the attempts that ended without an outcome (a lost
+        lease, a crash, a release): never the one running, a success, a failure, a cancel
+        or a poison-pill verdict, in the list as in the details."""
+        counts: dict[UUID, tuple[int, int, int]] = {}  # (attempt, failures, interruptions)
+
+        def fresh(queue: str) -> JobRecord:
+            return claim_new(store, clock, queue, retry=_RETRYING)
+
+        def after_a_release(queue: str) -> JobRecord:
+            assert store.jobs.apply(release(fresh(queue)))
+            return claim_one(store, "w2", queues=[queue])
+
+        counts[enqueue(store, clock, queue="never-claimed")] = (0, 0, 0)
+        counts[fresh("running").id] = (1, 0, 0)
+        done = fresh("done")
+        assert store.jobs.apply(succeed(done, clock))
+        counts[done.id] = (1, 0, 0)
+        retried = after_a_release("retried")
+        assert store.jobs.apply(succeed(retried, clock))
+        counts[retried.id] = (2, 0, 1)
+        counts[after_a_release("running-again").id] = (2, 0, 1)
+        failed = fresh("failed")
+        assert store.jobs.apply(fail(failed, clock, retry_in=timedelta(hours=1)))
+        counts[failed.id] = (1, 1, 0)
+        dead = after_a_release("dead")
+        assert store.jobs.apply(die(dead, clock))
+        counts[dead.id] = (2, 1, 1)
+        poisoned = after_a_release("poisoned")
+        verdict = transition(poisoned, JobState.DEAD, finished_at=clock.now(), error="poison")
+        assert store.jobs.apply(verdict)
+        counts[poisoned.id] = (2, 0, 1)
+        stopped = fresh("stopped")
+        assert store.jobs.try_cancel(stopped.id)
+        assert store.jobs.apply(transition(stopped, JobState.CANCELLED, finished_at=clock.now()))
+        counts[stopped.id] = (1, 0, 0)
+        withdrawn = fresh("withdrawn")
+        assert store.jobs.apply(release(withdrawn))
+        assert store.jobs.try_cancel(withdrawn.id)
+        counts[withdrawn.id] = (1, 0, 1)
+        unstarted = after_a_release("given-back")
+        assert store.jobs.apply(give_back(unstarted))
+        counts[unstarted.id] = (1, 0, 1)
+        lapsed = fresh("lapsed")
+        clock.advance(LEASE + timedelta(seconds=1))
+        assert claim_one(store, "w2", queues=["lapsed"]).id == lapsed.id
+        counts[lapsed.id] = (2, 0, 1)
+        for job_id, expected in counts.items():
+            summary = job_details(store, job_id).summary
+            listed = store.monitoring.query_jobs(JobQuery(queue=summary.queue)).items
+            assert list(listed) == [summary]
+            got = (summary.attempt, summary.failures, summary.interruptions)
+            assert got == expected, f"{summary.queue} ({summary.state.value})"

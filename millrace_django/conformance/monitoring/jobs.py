@@ -26,6 +26,7 @@ from millrace_django.conformance.support import (
     walk_pages,
 )
 from millrace_django.contract import (
+    CONTINUATION_CAP,
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     Invocation,
@@ -326,6 +327,10 @@ class JobQueryFacts(FactGroup):
             failures=0,
             tenant_id="acme",
             worker_id="w9",
+            last_attempt_recorded=False,
+            workflow_instance_id=instance.id,
+            activity_node_id="ship",
+            workflow_definition_id=instance.definition_id,
         )
         assert list(_query(store, queue="shipping").items) == [details.summary]
         assert details.invocation.target == invocation.target
@@ -341,5 +346,37 @@ class JobQueryFacts(FactGroup):
         assert details.cancel_requested is True
         assert details.last_error is None
         assert list(details.attempts) == []
-        assert details.workflow_instance_id == instance.id
-        assert details.activity_node_id == "ship"
+        assert list(details.continuations) == []
+
+    def test_job_details_list_the_newest_continuations_as_summaries(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Job details list the job's continuations as summaries, newest first and capped."""
+        parent = enqueue(store, clock, queue="parents")
+        other = enqueue(store, clock, queue="parents")
+        children: list[tuple[datetime, UUID]] = []
+        for n in range(CONTINUATION_CAP + 2):
+            clock.advance(timedelta(seconds=1))
+            ids = (
+                sorted([new_id(clock), new_id(clock)], reverse=True) if n == 5 else [new_id(clock)]
+            )
+            store.jobs.enqueue(
+                [
+                    make_job(clock, id=job_id, state=JobState.AWAITING, parent_id=parent)
+                    for job_id in ids
+                ]
+            )
+            children += [(clock.now(), job_id) for job_id in ids]
+            enqueue(store, clock, state=JobState.AWAITING, parent_id=other)
+        newest = [job_id for _, job_id in sorted(children, reverse=True)][:CONTINUATION_CAP]
+        listed = job_details(store, parent).continuations
+        assert [child.id for child in listed] == newest
+        assert listed[0] == job_details(store, newest[0]).summary
+        assert {child.state for child in listed} == {JobState.AWAITING}
+        assert list(job_details(store, newest[0]).continuations) == []
+        claimed = claim_one(store, queues=["parents"])
+        assert claimed.id == parent
+        assert store.jobs.apply(succeed(claimed, clock, activate_continuations=True))
+        activated = job_details(store, parent).continuations
+        assert [child.id for child in activated] == newest, "activated, still its continuations"
+        assert {child.state for child in activated} == {JobState.ENQUEUED}

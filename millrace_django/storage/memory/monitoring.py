@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
 from millrace_django.contract import (
+    CONTINUATION_CAP,
     InstanceQuery,
     InstanceState,
     InstanceSummary,
@@ -32,6 +34,7 @@ from millrace_django.contract import (
     throughput_window,
 )
 from millrace_django.storage.memory.store import MemoryJobStore
+from millrace_django.storage.memory.tables import Tables
 
 Row = TypeVar("Row")
 Item = TypeVar("Item")
@@ -70,7 +73,10 @@ def _instance_key(instance: WorkflowInstanceRecord) -> tuple[datetime, UUID]:
     return (instance.created_at, instance.id)
 
 
-def summarize_job(job: JobRecord) -> JobSummary:
+def summarize_job(job: JobRecord, tables: Tables) -> JobSummary:
+    """``job`` as a list row (read under the store's lock: its history and instance too)."""
+    flow = job.workflow_instance_id
+    instance = tables.instances.get(flow) if flow is not None else None
     return JobSummary(
         id=job.id,
         queue=job.queue,
@@ -84,6 +90,10 @@ def summarize_job(job: JobRecord) -> JobSummary:
         failures=job.failures,
         tenant_id=job.tenant_id,
         worker_id=job.worker_id,
+        last_attempt_recorded=job.attempt in tables.attempts.get(job.id, {}),
+        workflow_instance_id=job.workflow_instance_id,
+        activity_node_id=job.activity_node_id,
+        workflow_definition_id=instance.definition_id if instance is not None else None,
     )
 
 
@@ -144,7 +154,9 @@ class MemoryMonitoring:
                 and _in_created_range(job.created_at, query.created_after, query.created_before)
                 and (not needle or needle in job.invocation.target.casefold())
             ]
-        return _newest_first_page(rows, _job_key, query.cursor, query.limit, summarize_job)
+            return _newest_first_page(
+                rows, _job_key, query.cursor, query.limit, lambda job: summarize_job(job, tables)
+            )
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         minutes = throughput_window(since, until)
@@ -185,12 +197,16 @@ class MemoryMonitoring:
     def get_job_details(self, job_id: UUID) -> JobDetails | None:
         with self._store._reading() as tables:
             job = tables.jobs.get(job_id)
+            if job is None:
+                return None
             attempts = dict(tables.attempts.get(job_id, {}))
             logs = tables.logs.get(job_id, ())
-        if job is None:
-            return None
+            summary = summarize_job(job, tables)
+            children = (child for child in tables.jobs.values() if child.parent_id == job_id)
+            newest = heapq.nlargest(CONTINUATION_CAP, children, key=_job_key)
+            continuations = [summarize_job(child, tables) for child in newest]
         return JobDetails(
-            summary=summarize_job(job),
+            summary=summary,
             invocation=job.invocation,
             retry=job.retry,
             timeout=job.timeout,
@@ -204,9 +220,8 @@ class MemoryMonitoring:
             logs=logs,
             lease_until=job.lease_until,
             cancel_requested=job.cancel_requested,
-            workflow_instance_id=job.workflow_instance_id,
-            activity_node_id=job.activity_node_id,
             attempts=[attempts[n] for n in sorted(attempts, reverse=True)],
+            continuations=continuations,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:

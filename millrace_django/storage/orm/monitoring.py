@@ -12,10 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from django.db.models import Count, Min, Model, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, Min, Model, OuterRef, Q, QuerySet, Subquery
 
 from millrace_django.contract import (
     ATTEMPT_HISTORY_CAP,
+    CONTINUATION_CAP,
     LOG_LINE_CAP,
     InstanceQuery,
     InstanceState,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
 _SUMMARY_FIELDS = (
     "uuid", "queue", "state", "target", "priority", "created_at", "due_at", "finished_at",
-    "attempt", "failures", "tenant_id", "worker_id",
+    "attempt", "failures", "tenant_id", "worker_id", "workflow_instance_id", "activity_node_id",
 )  # fmt: skip
 
 
@@ -114,7 +115,20 @@ def _merged[Row: Model](heads: list[list[Row]], id_field: str) -> list[Row]:
     return list(heapq.merge(*heads, key=key, reverse=True))
 
 
+def summarized(rows: QuerySet[Job], ctx: OrmContext) -> QuerySet[Job]:
+    """``rows`` with what a summary shows beyond the job row, per row read: whether the
+    attempt history holds the latest attempt (a probe of ``millrace_attempt_once``) and
+    the definition of the job's workflow instance (a primary-key probe)."""
+    latest = ctx.attempts().filter(job_id=OuterRef("seq"), attempt=OuterRef("attempt"))
+    instance = ctx.instances().filter(id=OuterRef("workflow_instance_id"))
+    return rows.annotate(
+        last_attempt_recorded=Exists(latest),
+        workflow_definition_id=Subquery(instance.values("definition_id")[:1]),
+    )
+
+
 def summarize_job(row: Job) -> JobSummary:
+    """A row read through :func:`summarized` as a list row."""
     return JobSummary(
         id=row.uuid,
         queue=row.queue,
@@ -128,6 +142,10 @@ def summarize_job(row: Job) -> JobSummary:
         failures=row.failures,
         tenant_id=row.tenant_id,
         worker_id=row.worker_id,
+        last_attempt_recorded=row.last_attempt_recorded,  # type: ignore[attr-defined]
+        workflow_instance_id=row.workflow_instance_id,
+        activity_node_id=row.activity_node_id,
+        workflow_definition_id=row.workflow_definition_id,  # type: ignore[attr-defined]
     )
 
 
@@ -178,10 +196,8 @@ class OrmMonitoring:
         )
 
     def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
-        rows = (
-            self._ctx.jobs()
-            .only(*_SUMMARY_FIELDS)
-            .filter(tenant_q(query.tenant), created_q(query.created_after, query.created_before))
+        rows = summarized(self._ctx.jobs().only(*_SUMMARY_FIELDS), self._ctx).filter(
+            tenant_q(query.tenant), created_q(query.created_after, query.created_before)
         )
         if query.queue is not None:
             rows = rows.filter(queue=query.queue)
@@ -237,12 +253,18 @@ class OrmMonitoring:
         )
 
     def get_job_details(self, job_id: UUID) -> JobDetails | None:
-        def read() -> tuple[Job | None, list[JobAttempt], list[JobLogLine]]:
-            row = self._ctx.jobs().filter(uuid=job_id).first()
+        def read() -> tuple[Job | None, list[JobAttempt], list[JobLogLine], list[JobSummary]]:
+            row = summarized(self._ctx.jobs(), self._ctx).filter(uuid=job_id).first()
             if row is None:
-                return None, [], []
+                return None, [], [], []
             attempts = self._ctx.attempts().filter(job_id=row.seq).order_by("-attempt")
             newest_logs = self._ctx.logs().filter(job_id=row.seq).order_by("-id")
+            children = summarized(self._ctx.jobs().only(*_SUMMARY_FIELDS), self._ctx).filter(
+                parent_id=job_id
+            )  # through millrace_job_parent
+            newest_children = newest_first(
+                children, self._ctx.vendor, "uuid", None, CONTINUATION_CAP
+            )
             return (
                 row,
                 [
@@ -259,9 +281,10 @@ class OrmMonitoring:
                     JobLogLine(at=line.at, message=line.message)
                     for line in reversed(newest_logs[:LOG_LINE_CAP])
                 ],
+                [summarize_job(child) for child in newest_children],
             )
 
-        row, attempts, logs = self._ctx.tx.read(read)
+        row, attempts, logs, continuations = self._ctx.tx.read(read)
         if row is None:
             return None
         return JobDetails(
@@ -279,9 +302,8 @@ class OrmMonitoring:
             logs=logs,
             lease_until=row.lease_until,
             cancel_requested=row.cancel_requested,
-            workflow_instance_id=row.workflow_instance_id,
-            activity_node_id=row.activity_node_id,
             attempts=attempts,
+            continuations=continuations,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:

@@ -1,0 +1,1 @@
+"""Template filters of Millrace's pages (``{% load millrace_dashboard %}``)."""

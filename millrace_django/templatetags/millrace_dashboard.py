@@ -1,0 +1,29 @@
+"""Template filters of the dashboard's pages."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django import template
+
+from millrace_django.dashboard.naming import workflow_step
+
+register = template.Library()
+register.filter("workflow_step", workflow_step)
+
+SHORT_ID_DIGITS = 12
+"""Hex digits a list shows of an id: the last ones. Time-ordered ids (UUIDv7) share
+their first digits for every id made within about a minute; the last twelve are random."""
+
+
+@register.filter
+def short_id(value: UUID | str) -> str:
+    """The part of an id that tells it apart in a list (show the full id in a title)."""
+    return str(value)[-SHORT_ID_DIGITS:]
+
+
+@register.filter
+def exception_line(error: str | None) -> str:
+    """The last non-blank line of a stored error: a traceback's exception line."""
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
