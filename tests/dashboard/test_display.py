@@ -76,7 +76,7 @@ class TestInterruptions:
         job = operator.get(f"/admin/millrace/api/v1/jobs/{world.succeeded}").json()
         assert (job["attempt"], job["failures"], job["interruptions"]) == (1, 0, 0)
         row = row_of(html(operator, "jobs"), world.succeeded)
-        assert re.search(r'<td class="mr-interrupted">0</td>', row)
+        assert re.search(r'data-interrupted="0">1</td>', row)
 
     def test_a_released_attempt_counts_as_one_interruption_once_it_ran_again(
         self, operator, world, runner
@@ -90,7 +90,11 @@ class TestInterruptions:
         job = operator.get(f"/admin/millrace/api/v1/jobs/{job_id}").json()
         assert (job["attempt"], job["failures"], job["interruptions"]) == (2, 0, 1)
         row = row_of(html(operator, "jobs"), job_id)
-        assert re.search(r'<td class="mr-interrupted">1</td>', row)
+        assert re.search(
+            r'data-interrupted="1">2 <span class="mr-muted">\(1 interrupted\)</span></td>', row
+        )
+        attempts = section(html(operator, "job", job_id), "mr-attempts").split("</dd>")[0]
+        assert attempts.endswith(">2 started, 0 failed, 1 interrupted")
 
 
 class TestTimeline:
@@ -166,9 +170,9 @@ class TestWorkflowJobs:
         finished = runner.get(world.succeeded).finished_at
         assert due is not None and finished is not None
         scheduled = row_of(page, world.scheduled)
-        assert f'class="mr-nowrap mr-runs-at" title="{due.isoformat()}"' in scheduled
+        assert f'class="mr-nowrap mr-runs-at"><span title="{due.isoformat()}">' in scheduled
         succeeded = row_of(page, world.succeeded)
-        assert f'class="mr-nowrap mr-finished" title="{finished.isoformat()}"' in succeeded
+        assert f'class="mr-nowrap mr-finished"><span title="{finished.isoformat()}">' in succeeded
 
     def test_a_job_page_lists_its_continuations(self, operator, world):
         related = section(html(operator, "job", world.parent), "mr-related")
