@@ -375,9 +375,7 @@ class _Run:
             else:
                 value = task.call(*self.call.args, **self.call.kwargs)
             value = _storable(value)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as error:
+        except BaseException as error:  # KeyboardInterrupt too: the task's, not a stop
             path = attempts.class_path(type(error))
             if self.context.cancel_reason is None:  # else the cancellation decides
                 self.context.log(attempts.raised_line(self.context.attempt, path))

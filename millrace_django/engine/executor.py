@@ -75,17 +75,42 @@ async def run_handler_async(prepared: PreparedJob, context: JobContext) -> objec
 def _complete(
     coroutine: Coroutine[Any, Any, object], loop: asyncio.AbstractEventLoop | None
 ) -> object:
+    if loop is not None and loop.is_running():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            coroutine.close()
+            raise RuntimeError(
+                "run_handler would block the event loop it was called from; call it from "
+                "another thread"
+            )
+    contained = _contained(coroutine)
     if loop is None:
-        return asyncio.run(coroutine)
-    if not loop.is_running():
-        return loop.run_until_complete(coroutine)
+        ended = asyncio.run(contained)
+    elif not loop.is_running():
+        ended = loop.run_until_complete(contained)
+    else:
+        ended = asyncio.run_coroutine_threadsafe(contained, loop).result()
+    if isinstance(ended, _Escaped):
+        raise ended.error
+    return ended
+
+
+@dataclass(frozen=True, slots=True)
+class _Escaped:
+    """What a job's coroutine raised that its event loop would not keep to the task."""
+
+    error: BaseException
+
+
+async def _contained(coroutine: Coroutine[Any, Any, object]) -> object:
+    """Await ``coroutine``, handing back a ``KeyboardInterrupt`` or ``SystemExit`` it
+    raises instead of raising it: asyncio re-raises those two out of the loop running
+    the task, which would end the worker's shared loop (and its thread) rather than the
+    job. The caller raises it again on its own thread, where it is the job's failure."""
     try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        coroutine.close()
-        raise RuntimeError(
-            "run_handler would block the event loop it was called from; call it from another thread"
-        )
-    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+        return await coroutine
+    except (KeyboardInterrupt, SystemExit) as error:
+        return _Escaped(error)

@@ -62,8 +62,12 @@ def run_claimed(
     A job that cannot start (target gone, arguments no longer fit) is dead at once. A
     cancel request or a poison pill ends it without running. Once ``context`` has been
     cancelled, the reason decides, whatever the function returned or raised: a job told
-    to stop may have stopped half-way. ``KeyboardInterrupt`` propagates; every other
-    exception, ``SystemExit`` included, is the job's failure. Meanwhile ``job`` is the
+    to stop may have stopped half-way. Every exception the function raises is its
+    failure, ``KeyboardInterrupt`` and ``SystemExit`` included: a worker's own stop
+    never reaches a job as an exception (its signals become stop requests, see
+    :mod:`~millrace_django.runtime.shutdown`), so one raised there is the job's doing,
+    and letting it out would end the worker's thread instead of the attempt (the job
+    would stay ``processing`` until its lease lapsed). Meanwhile ``job`` is the
     current job of its log records, and its attempt is traced and measured when
     OpenTelemetry is on (:mod:`millrace_django.observability`); the jobs its transition
     creates then continue its trace.
@@ -76,9 +80,7 @@ def run_claimed(
         result: object = None
         try:
             result = run_handler(started, context, loop=loop)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as raised:
+        except BaseException as raised:  # the job's failure, whatever it is (see above)
             error = raised
         outcome = _end(job, context, started, error, result, clock=clock, config=config)
         return _seen(observed, outcome)
@@ -88,7 +90,9 @@ async def run_claimed_async(
     job: JobRecord, context: JobContext, *, clock: Clock, config: EngineConfig
 ) -> Outcome:
     """:func:`run_claimed` on the running event loop: the job's coroutine is awaited
-    here, holding no thread while it waits."""
+    here, holding no thread while it waits. What ends this coroutine itself rather than
+    the job propagates (:func:`_ends_the_awaiting_task`); anything else the job raises
+    is its failure."""
     with Observed(job, clock) as observed:
         started = _start(job, context, clock=clock, config=config)
         if isinstance(started, Outcome):
@@ -97,12 +101,27 @@ async def run_claimed_async(
         result: object = None
         try:
             result = await run_handler_async(started, context)
-        except KeyboardInterrupt:
-            raise
         except BaseException as raised:
+            if _ends_the_awaiting_task(raised):
+                raise
             error = raised
         outcome = _end(job, context, started, error, result, clock=clock, config=config)
         return _seen(observed, outcome)
+
+
+def _ends_the_awaiting_task(error: BaseException) -> bool:
+    """Whether ``error`` stops the coroutine awaiting the job, not the job: it is being
+    closed (``GeneratorExit``), or its task was cancelled (a ``CancelledError`` while
+    the task counts a cancel request: the worker abandoned the job, or its loop is
+    closing). A ``CancelledError`` the job raised of its own is its failure. (A
+    ``KeyboardInterrupt`` or ``SystemExit`` is the job's too: caught here, it never
+    reaches the loop, which would re-raise it out of its thread.)"""
+    if isinstance(error, GeneratorExit):
+        return True
+    if isinstance(error, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+    return False
 
 
 def _seen(observed: Observed, outcome: Outcome) -> Outcome:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from millrace_django import job
+from millrace_django import Retry, job
 
 ran: list[str] = []
 """Labels of the jobs run in this process."""
@@ -20,3 +20,9 @@ def record(label: str) -> str:
 def record_email(label: str) -> str:
     ran.append(label)
     return label
+
+
+@job(retry=Retry.none())
+def interrupt() -> None:
+    """Raises ``KeyboardInterrupt`` of its own (no signal is involved)."""
+    raise KeyboardInterrupt("raised by the job")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import io
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,6 +39,27 @@ def run(command: str, *args: str) -> str:
     out = io.StringIO()
     call_command(command, *args, stdout=out, stderr=io.StringIO())
     return out.getvalue()
+
+
+def run_bounded(command: str, *args: str, timeout: float = 60.0) -> str:
+    """:func:`run` on a thread of its own; fails if the command has not returned (or
+    raised) within ``timeout`` seconds."""
+    returned: list[str] = []
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            returned.append(run(command, *args))
+        except BaseException as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{command} {' '.join(args)} still runs after {timeout:g} s"
+    if raised:
+        raise raised[0]
+    return returned[0]
 
 
 def state_of(job_id: UUID) -> JobState:
@@ -98,6 +120,17 @@ def test_until_idle_runs_what_is_claimable_and_returns() -> None:
     assert sorted(command_jobs.ran) == [f"job-{n}" for n in range(5)]
     assert all(state_of(job_id) is JobState.SUCCEEDED for job_id in ids)
     assert "5 claimed (5 succeeded)" in output
+
+
+@transactional
+def test_a_job_raising_keyboard_interrupt_dies_and_until_idle_still_returns() -> None:
+    raising = command_jobs.interrupt.enqueue()
+    after = command_jobs.record.enqueue("after")
+    output = run_bounded("millrace_worker", "--until-idle", "--concurrency", "1")
+    assert (state_of(raising), state_of(after)) == (JobState.DEAD, JobState.SUCCEEDED)
+    error = Job.objects.get(uuid=raising).last_error or ""
+    assert error.rstrip().endswith("KeyboardInterrupt: raised by the job")
+    assert "2 claimed (1 dead, 1 succeeded)" in output
 
 
 @transactional

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -72,6 +73,12 @@ def whose_tenant() -> str | None:
 @job
 def explode(message: str) -> None:
     raise RuntimeError(message)
+
+
+@job
+async def async_interrupt() -> None:
+    await asyncio.sleep(0)
+    raise KeyboardInterrupt("raised by the job")
 
 
 def not_a_job(order_id: str) -> None:

@@ -103,6 +103,25 @@ def test_an_async_job_can_run_on_a_loop_running_in_another_thread(
     assert run(job, clock, loop=loop_in_thread) == ["acme", "acme"]
 
 
+def test_an_async_jobs_keyboard_interrupt_reaches_the_caller_and_the_loop_keeps_running(
+    clock: FakeClock, loop_in_thread: asyncio.AbstractEventLoop
+) -> None:
+    raised: list[BaseException] = []
+
+    def call() -> None:  # on a thread of its own: a dead loop would leave it waiting
+        try:
+            run(stored_job(sample_jobs.async_interrupt), clock, loop=loop_in_thread)
+        except BaseException as error:
+            raised.append(error)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(5.0)
+    assert [type(error) for error in raised] == [KeyboardInterrupt]
+    assert loop_in_thread.is_running()
+    assert run(stored_job(sample_jobs.async_add, 1, 1), clock, loop=loop_in_thread) == 2
+
+
 def test_an_async_job_can_run_on_an_idle_supplied_loop(clock: FakeClock) -> None:
     loop = asyncio.new_event_loop()
     try:

@@ -66,6 +66,28 @@ def explode(message: str) -> None:
     raise RuntimeError(message)
 
 
+STOPS: dict[str, type[BaseException]] = {
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "SystemExit": SystemExit,
+    "GeneratorExit": GeneratorExit,
+    "CancelledError": asyncio.CancelledError,
+}
+"""Exceptions outside ``Exception`` that a job may raise, by name."""
+
+
+@job(retry=Retry.fixed(timedelta(seconds=10), 2))
+def interrupt(kind: str) -> None:
+    """Raises the ``BaseException`` named ``kind`` (as a job calling ``sys.exit`` or
+    hit by a stray ``KeyboardInterrupt`` of its own does)."""
+    raise STOPS[kind](f"{kind} raised by the job")
+
+
+@job(retry=Retry.fixed(timedelta(seconds=10), 2))
+async def async_interrupt(kind: str) -> None:
+    await asyncio.sleep(0)
+    raise STOPS[kind](f"{kind} raised by the job")
+
+
 @job(retry=Retry.fixed(timedelta(seconds=10), 3))
 def flaky(label: str, failures: int, context: JobContext) -> str:
     """Fails its first ``failures`` attempts."""
