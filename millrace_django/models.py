@@ -87,7 +87,7 @@ class Job(models.Model):
     queue = ExactCharField(max_length=200)
     state = models.PositiveSmallIntegerField(choices=JobStateCode.choices)
     priority = models.IntegerField(default=0)
-    target = models.CharField(max_length=500)
+    target = ExactCharField(max_length=500)
     arguments = models.JSONField(help_text="{'args': [...], 'kwargs': {...}}")
     retry = models.JSONField()
     timeout = models.DurationField(null=True, blank=True)
@@ -166,6 +166,27 @@ class Job(models.Model):
                 name="millrace_job_monitor_state",
                 fields=["state", "-created_at", "-uuid"],
                 condition=Q(state__in=_LISTED_BY_STATE),
+                lead=[],
+            ),
+            # The job list's narrow filters over finished jobs, each read newest first
+            # within one state. Only finished rows have entries (one, written when the
+            # job ends): active jobs are few and found through the indexes above.
+            PartialIndex(
+                name="millrace_job_finished_queue",
+                fields=["queue", "state", "-created_at", "-uuid"],
+                condition=Q(state__in=_TERMINAL),
+                lead=[],
+            ),
+            PartialIndex(
+                name="millrace_job_finished_target",
+                fields=["target", "state", "-created_at", "-uuid"],
+                condition=Q(state__in=_TERMINAL),
+                lead=[],
+            ),
+            PartialIndex(
+                name="millrace_job_finished_tenant",
+                fields=["tenant_id", "state", "-created_at", "-uuid"],
+                condition=Q(state__in=_TERMINAL),
                 lead=[],
             ),
         ]
@@ -255,6 +276,13 @@ class WorkflowInstance(models.Model):
         db_table = "millrace_workflow_instance"
         indexes = [
             models.Index(name="millrace_instance_monitor", fields=["-created_at", "-id"]),
+            models.Index(name="millrace_instance_state", fields=["state", "-created_at", "-id"]),
+            PartialIndex(
+                name="millrace_instance_tenant",
+                fields=["tenant_id", "-created_at", "-id"],
+                condition=Q(tenant_id__isnull=False),
+                lead=[],
+            ),
             models.Index(
                 name="millrace_instance_definition",
                 fields=["definition_id", "-created_at", "-id"],
@@ -263,6 +291,56 @@ class WorkflowInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.definition_id} v{self.definition_version} {self.id}"
+
+
+class TallySubject(models.IntegerChoices):
+    """What a :class:`Tally` row counts."""
+
+    JOB = 0, "job"
+    INSTANCE = 1, "workflow instance"
+
+
+class Tally(models.Model):
+    """A change to the number of finished jobs (or workflow instances) of one group,
+    written in the transaction that made it: the count of a group is the sum of its
+    rows. Each batch of transitions appends one row per group it ended; the scheduler
+    folds a group's rows into one (the sum unchanged); the purge appends negative rows.
+    No row is updated in place, so writers never wait on one another here."""
+
+    id = models.BigAutoField(primary_key=True)
+    subject = models.PositiveSmallIntegerField(choices=TallySubject.choices)
+    state = models.PositiveSmallIntegerField(help_text="JobStateCode or InstanceStateCode")
+    queue = ExactCharField(max_length=200, help_text="The job's queue; blank for instances.")
+    target = models.CharField(
+        max_length=500, help_text="The job's target, or the instance's definition id."
+    )
+    tenant_id = ExactCharField(max_length=200, null=True, blank=True)
+    n = models.BigIntegerField()
+
+    class Meta:
+        db_table = "millrace_tally"
+        verbose_name_plural = "tallies"
+
+    def __str__(self) -> str:
+        return f"{self.get_subject_display()} {self.state} {self.queue} {self.target}: {self.n}"
+
+
+class FinishedMinute(models.Model):
+    """A change to the number of jobs that ended ``succeeded`` or ``dead`` within one
+    UTC minute (the throughput chart's figures), kept like :class:`Tally`: appended by
+    the transitions and the purge, folded by the scheduler."""
+
+    id = models.BigAutoField(primary_key=True)
+    minute = models.DateTimeField()
+    state = models.PositiveSmallIntegerField(choices=JobStateCode.choices)
+    n = models.BigIntegerField()
+
+    class Meta:
+        db_table = "millrace_finished_minute"
+        indexes = [models.Index(name="millrace_finished_minute_at", fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {JOB_STATES[self.state]}: {self.n}"
 
 
 class Bookmark(models.Model):

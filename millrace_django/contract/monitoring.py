@@ -111,8 +111,12 @@ class JobQuery:
     tenant: TenantFilter = field(default_factory=TenantFilter.any)
     created_after: datetime | None = None
     created_before: datetime | None = None
+    target_prefix: str | None = None
+    """The target starts with this (case-sensitive; the whole target is a prefix of
+    itself); empty: none. Read through an index on every database."""
     target_contains: str | None = None
-    """Case-insensitive (ASCII letters at least) substring of the target; blank: none."""
+    """Case-insensitive (ASCII letters at least) substring of the target; blank: none.
+    No ordinary index serves it: see docs/dashboard.md for PostgreSQL's trigram index."""
     cursor: str | None = None
     limit: int = DEFAULT_PAGE_SIZE
 

@@ -309,7 +309,15 @@ class MonitoringStorage(Protocol):
 
     def get_statistics(self, tenant: TenantFilter) -> JobStatistics:
         """Counts for every job and instance state (zeros included), ``enqueued`` jobs per
-        queue, recurring definitions and those overdue by the injected clock."""
+        queue, recurring definitions and those overdue by the injected clock. Exact as of
+        one transaction, and never a count of the finished rows themselves: its cost does
+        not grow with the jobs and instances finished and kept."""
+        ...
+
+    def fold_statistics(self, limit: int) -> int:
+        """Compact what keeps the counts of finished jobs and instances (any of them
+        unchanged), looking at most at ``limit`` records of it; returns how many went (0
+        where counts are not kept that way). The scheduler calls it each pass."""
         ...
 
     def query_jobs(self, query: JobQuery) -> Page[JobSummary]:

@@ -107,16 +107,25 @@ class JobFilter(ReadModelFilterSet):
     )
     queue = django_filters.CharFilter(label="Queue", help_text="exact name")
     created_after, created_before = _created_range()
+    target = django_filters.CharFilter(
+        label="Target starts with",
+        help_text="exact letter case, e.g. shop.jobs: or shop.jobs:send_receipt",
+        max_length=500,
+    )
     if TARGET_SEARCH:
-        target = django_filters.CharFilter(
-            label="Target contains", help_text="any letter case", max_length=500
+        target_contains = django_filters.CharFilter(
+            label="Target contains",
+            help_text="any letter case; reads every job unless indexed (see the docs)",
+            max_length=500,
         )
 
     def query(self, *, cursor: str | None, limit: int) -> JobQuery:
         values = self.values
         extra: dict[str, Any] = {}
-        if TARGET_SEARCH and values.get("target"):
-            extra["target_contains"] = values["target"]
+        if values.get("target"):
+            extra["target_prefix"] = values["target"]
+        if TARGET_SEARCH and values.get("target_contains"):
+            extra["target_contains"] = values["target_contains"]
         return JobQuery(
             states=frozenset(JobState(s) for s in values.get("state") or ()),
             queue=values.get("queue") or None,

@@ -39,6 +39,9 @@ due at scattered instants (a retry storm) costs at most one pass per this pause,
 per instant. Any other pass is never held back, so a cron occurrence on an otherwise
 quiet scheduler fires on time (also when the sleep ended a hair before it was due)."""
 
+FOLD_BATCH = 5000
+"""Records of the maintained counts a pass folds at a time (see ``fold_statistics``)."""
+
 FORGET_WORKERS_EVERY = timedelta(minutes=1)
 """How often (on the injected clock) a scheduler forgets silent workers: their rows go
 within a minute of passing ``worker_retention``, at the cost of one small delete a minute
@@ -102,6 +105,20 @@ def purge_finished(storage: JobStorage, before: datetime, batch: int) -> int:
 
     def step() -> tuple[int, int]:
         count = storage.purge_finished(before, batch)
+        return count, count
+
+    return _in_batches(step, batch)
+
+
+def fold_statistics(storage: JobStorage, batch: int) -> int:
+    """Compact the storage's maintained counts of finished jobs (if it keeps any), so
+    that statistics read about one record per group; returns how many records went."""
+    fold = getattr(storage, "fold_statistics", None)
+    if fold is None:
+        return 0
+
+    def step() -> tuple[int, int]:
+        count = int(fold(batch))
         return count, count
 
     return _in_batches(step, batch)
@@ -172,6 +189,7 @@ class Scheduler:
             )
             activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
             purged = self._step("purge", lambda: self.purge(now))
+            self._step("statistics", lambda: fold_statistics(self._storage, FOLD_BATCH))
             forgotten = self._step("worker registry", lambda: self.forget_workers(now))
             next_due = self._next_due(now)
         return SchedulerPass(

@@ -327,15 +327,6 @@ def test_a_claim_leaves_out_paused_queues_in_the_same_statement(alias: str) -> N
         assert "[millrace_paused_queue] WITH" not in sql, "the pause rows are never locked"
 
 
-def test_throughput_is_one_grouped_read_over_a_finished_at_range(alias: str) -> None:
-    jobs = Job.objects.using(alias)
-    sql, params = compiled(queries.finished_per_minute(jobs, NOW - timedelta(hours=1), NOW), alias)
-    assert "[millrace_job].[finished_at] >= %s" in sql
-    assert "[millrace_job].[finished_at] < %s" in sql
-    assert "GROUP BY" in sql and "COUNT" in sql
-    assert NOW in params
-
-
 def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks_instant(
     alias: str,
 ) -> None:

@@ -14,7 +14,10 @@ def _compose() -> type:
     from millrace_django.conformance.monitoring.instances import InstanceQueryFacts
     from millrace_django.conformance.monitoring.jobs import JobQueryFacts
     from millrace_django.conformance.monitoring.recurring import RecurringQueryFacts
-    from millrace_django.conformance.monitoring.statistics import StatisticsFacts
+    from millrace_django.conformance.monitoring.statistics import (
+        MaintainedCountFacts,
+        StatisticsFacts,
+    )
     from millrace_django.conformance.monitoring.throughput import (
         TargetSearchFacts,
         ThroughputFacts,
@@ -23,6 +26,7 @@ def _compose() -> type:
     class MonitoringFacts(
         JobQueryFacts,
         StatisticsFacts,
+        MaintainedCountFacts,
         AttemptHistoryFacts,
         RecurringQueryFacts,
         InstanceQueryFacts,

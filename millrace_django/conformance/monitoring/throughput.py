@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
+from uuid import UUID
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
@@ -113,3 +114,20 @@ class TargetSearchFacts(FactGroup):
         everything = store.monitoring.query_jobs(JobQuery(target_contains="  "))
         assert sorted(ids_of(everything)) == sorted([mail, other])
         assert ids_of(store.monitoring.query_jobs(JobQuery(target_contains="nowhere"))) == []
+
+    def test_target_prefix_filters_by_the_start_of_the_target_in_its_letter_case(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """target_prefix keeps jobs whose target starts with the text, letter case
+        included (a whole target is its own prefix); an empty text filters nothing."""
+        mail = enqueue(store, clock, invocation=Invocation(target="app.tasks:Send_Mail"))
+        other = enqueue(store, clock, invocation=Invocation(target="app.tasks:resize"))
+        elsewhere = enqueue(store, clock, invocation=Invocation(target="lib.app.tasks:x"))
+
+        def found(prefix: str) -> list[UUID]:
+            return sorted(ids_of(store.monitoring.query_jobs(JobQuery(target_prefix=prefix))))
+
+        assert found("app.tasks:") == sorted([mail, other])
+        assert found("app.tasks:Send_Mail") == [mail]
+        assert found("app.tasks:send") == []
+        assert found("") == sorted([mail, other, elsewhere])

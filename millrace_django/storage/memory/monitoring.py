@@ -153,10 +153,15 @@ class MemoryMonitoring:
                 and query.tenant.matches(job.tenant_id)
                 and _in_created_range(job.created_at, query.created_after, query.created_before)
                 and (not needle or needle in job.invocation.target.casefold())
+                and job.invocation.target.startswith(query.target_prefix or "")
             ]
             return _newest_first_page(
                 rows, _job_key, query.cursor, query.limit, lambda job: summarize_job(job, tables)
             )
+
+    def fold_statistics(self, limit: int) -> int:
+        """Nothing to fold: memory counts its own tables."""
+        return 0
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         minutes = throughput_window(since, until)

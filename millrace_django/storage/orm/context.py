@@ -13,11 +13,13 @@ from millrace_django.clock import Clock
 from millrace_django.dbschema import tracks_key_scope
 from millrace_django.models import (
     Bookmark,
+    FinishedMinute,
     Job,
     JobAttempt,
     JobLog,
     PausedQueue,
     Recurring,
+    Tally,
     Worker,
     WorkflowInstance,
 )
@@ -73,6 +75,12 @@ class OrmContext:
 
     def paused(self) -> QuerySet[PausedQueue]:
         return PausedQueue.objects.using(self.alias)
+
+    def finished_minutes(self) -> QuerySet[FinishedMinute]:
+        return FinishedMinute.objects.using(self.alias)
+
+    def tallies(self) -> QuerySet[Tally]:
+        return Tally.objects.using(self.alias)
 
     def workers(self) -> QuerySet[Worker]:
         return Worker.objects.using(self.alias)

@@ -21,7 +21,7 @@ from millrace_django.contract import (
     JobTransition,
 )
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import history, queries
+from millrace_django.storage.orm import history, queries, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.rows import job_record
 
@@ -116,10 +116,18 @@ class OrmHotPath:
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
         now = ctx.clock.now()
-        matched = dict(queries.fenced_batch(ctx.jobs(), transitions).values_list("uuid", "seq"))
+        fenced = queries.fenced_batch(ctx.jobs(), transitions)
+        found = list(fenced.values_list("uuid", "seq", "queue", "target", "tenant_id"))
+        matched = {uuid: seq for uuid, seq, *_ in found}
         won = {matched[t.job_id]: t for t in transitions if t.job_id in matched}
         if won:
             ctx.jobs().filter(seq__in=list(won)).update(**queries.completed(won, now))
+            ctx.tx.tally(
+                tallies.jobs_ended(
+                    (Code.SUCCEEDED, queue, target, tenant, won[seq].finished_at or now)
+                    for _, seq, queue, target, tenant in found
+                )
+            )
             parents = [t.job_id for t in won.values() if t.activate_continuations]
             if parents:
                 activate_continuations(ctx, parents)

@@ -24,16 +24,19 @@ from django.db.models import Q
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
     INSERTABLE_JOB_STATES,
+    TERMINAL_JOB_STATES,
     JobRecord,
     JobState,
 )
 from millrace_django.errors import DuplicateJobId, ParentJobNotFound, StorageError
 from millrace_django.models import JOB_STATE_CODES, JOB_STATES, job_codes
+from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.rows import active_scope, job_row, key_digest
 from millrace_django.storage.orm.transactions import InsertConflict
 
 _ACTIVE_CODES = job_codes(ACTIVE_JOB_STATES)
+_TERMINAL_CODES = frozenset(job_codes(TERMINAL_JOB_STATES))
 _ENQUEUED = JOB_STATE_CODES[JobState.ENQUEUED]
 _FAILED_PARENT = frozenset({JobState.DEAD, JobState.CANCELLED})
 
@@ -69,6 +72,13 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
     except IntegrityError as error:
         raise InsertConflict(str(error)) from error
     ctx.tx.enqueued(row.queue for row in inserted if row.state == _ENQUEUED)
+    ended = [row for row in inserted if row.state in _TERMINAL_CODES]
+    if ended:
+        ctx.tx.tally(
+            tallies.jobs_ended(
+                (r.state, r.queue, r.target, r.tenant_id, r.finished_at) for r in ended
+            )
+        )
     return effective
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError, connections
@@ -26,7 +27,7 @@ from millrace_django.contract import (
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import queries
+from millrace_django.storage.orm import queries, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
@@ -38,6 +39,8 @@ from millrace_django.storage.orm.transitions import (
 )
 
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
+_FINISHED_ROW = ("seq", "state", "queue", "target", "tenant_id", "finished_at")
+"""What deleting a finished job reads of it: its row, and its place in the counts."""
 
 
 class OrmJobs:
@@ -179,7 +182,7 @@ class OrmJobs:
                 self._ctx.jobs()
                 .select_for_update()
                 .filter(uuid=job_id)
-                .only("seq", "state")
+                .only("seq", "state", "queue", "target", "tenant_id")
                 .first()
             )
             if row is None:
@@ -193,6 +196,9 @@ class OrmJobs:
             now = self._ctx.clock.now()
             self._ctx.jobs().filter(seq=row.seq).update(
                 state=Code.CANCELLED, finished_at=now, key_scope=None
+            )
+            self._ctx.tx.tally(
+                tallies.jobs_ended([(Code.CANCELLED, row.queue, row.target, row.tenant_id, now)])
             )
             cancel_awaiting_closure(self._ctx, job_id, now)
             return True
@@ -248,23 +254,39 @@ class OrmJobs:
         def purge() -> int:
             finished = list(
                 self._ctx.jobs()
+                .select_for_update(skip_locked=True)
                 .filter(state__in=_TERMINAL, finished_at__lt=before)
                 .order_by("finished_at", "seq")
-                .values_list("seq", flat=True)[:limit]
+                .values_list(*_FINISHED_ROW)[:limit]
             )
             if not finished:
                 return 0
-            deleted, _ = self._ctx.jobs().filter(seq__in=finished, state__in=_TERMINAL).delete()
-            return deleted
+            return self._delete_finished(finished)
 
         return self._ctx.tx.write(purge)
 
     def delete_job(self, job_id: UUID) -> bool:
         def delete() -> bool:
-            deleted, _ = self._ctx.jobs().filter(uuid=job_id, state__in=_TERMINAL).delete()
-            return deleted > 0
+            finished = list(
+                self._ctx.jobs()
+                .select_for_update()
+                .filter(uuid=job_id, state__in=_TERMINAL)
+                .values_list(*_FINISHED_ROW)
+            )
+            return bool(finished) and self._delete_finished(finished) > 0
 
         return self._ctx.tx.write(delete)
+
+    def _delete_finished(self, finished: Sequence[tuple[Any, ...]]) -> int:
+        """Delete the finished rows read, and locked, as ``_FINISHED_ROW``, and take
+        them off the maintained counts (a finished row never changes state, and the lock
+        keeps a concurrent purge from deleting it too)."""
+        seqs = [seq for seq, *_ in finished]
+        jobs = self._ctx.jobs()
+        deleted, per_model = jobs.filter(seq__in=seqs, state__in=_TERMINAL).delete()
+        gone = tallies.jobs_ended(row[1:] for row in finished)
+        self._ctx.tx.tally({key: -n for key, n in gone.items()})
+        return per_model.get(jobs.model._meta.label, deleted)
 
     # -- paused queues and the worker registry -----------------------------------------
 

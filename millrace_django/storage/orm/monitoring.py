@@ -1,23 +1,31 @@
 """The dashboard's read model over the ORM: keyset pages, details and statistics.
 
 Plain reads that take no locks; pages fetch ``limit + 1`` rows to know whether another
-page exists, and never count.
+page exists, and never count. No read pays for history: unfinished jobs and instances
+are counted through the partial indexes that hold them alone, finished ones from the
+maintained tallies (:mod:`.tallies`), and a list reads each state newest first through
+an index, the finished states through one per narrow filter (queue, target, tenant).
 """
 
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from django.db import connections
 from django.db.models import Count, Exists, Min, Model, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Lower
 
 from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
     ATTEMPT_HISTORY_CAP,
     CONTINUATION_CAP,
     LOG_LINE_CAP,
+    TERMINAL_INSTANCE_STATES,
     InstanceQuery,
     InstanceState,
     InstanceSummary,
@@ -32,7 +40,6 @@ from millrace_django.contract import (
     RecurringQuery,
     RecurringSummary,
     TenantFilter,
-    TenantScope,
     ThroughputPoint,
     clamp_limit,
     decode_time_id,
@@ -49,38 +56,45 @@ from millrace_django.models import (
     JOB_STATES,
     Job,
     Recurring,
+    TallySubject,
     WorkflowInstance,
+    job_codes,
 )
 from millrace_django.models import JobStateCode as Code
+from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.queries import descending, finished_per_minute, newest_first
+from millrace_django.storage.orm.queries import (
+    created_q,
+    descending,
+    newest_first,
+    tenant_q,
+)
 from millrace_django.storage.orm.rows import invocation_of, retry_of
 
 if TYPE_CHECKING:
     from millrace_django.storage.orm.vendors import Vendor
 
+_ACTIVE_JOBS = job_codes(ACTIVE_JOB_STATES)
+_ACTIVE_INSTANCES = sorted(
+    INSTANCE_STATE_CODES[s] for s in set(InstanceState) - TERMINAL_INSTANCE_STATES
+)
+
+
+def _counted(rows: QuerySet[Any], key: str, codes: Sequence[int]) -> list[tuple[int, int]]:
+    """``(state, count)`` of ``rows`` in each of ``codes`` (unfinished states), in one
+    statement of one count per state: each reads its state's partial index alone (an
+    ``IN`` over the states would let the planner scan the table)."""
+    parts = [
+        rows.filter(state=code).values_list("state").annotate(n=Count(key)).order_by()
+        for code in codes
+    ]
+    return list(parts[0].union(*parts[1:], all=True))
+
+
 _SUMMARY_FIELDS = (
     "uuid", "queue", "state", "target", "priority", "created_at", "due_at", "finished_at",
     "attempt", "failures", "tenant_id", "worker_id", "workflow_instance_id", "activity_node_id",
 )  # fmt: skip
-
-
-def tenant_q(tenant: TenantFilter) -> Q:
-    if tenant.scope is TenantScope.UNTENANTED:
-        return Q(tenant_id__isnull=True)
-    if tenant.scope is TenantScope.TENANT:
-        return Q(tenant_id=tenant.tenant_id)
-    return Q()
-
-
-def created_q(after: datetime | None, before: datetime | None) -> Q:
-    """``after`` inclusive, ``before`` exclusive."""
-    q = Q()
-    if after is not None:
-        q &= Q(created_at__gte=after)
-    if before is not None:
-        q &= Q(created_at__lt=before)
-    return q
 
 
 def _newest_first_page[Row: Model, Item](
@@ -93,17 +107,41 @@ def _newest_first_page[Row: Model, Item](
 ) -> Page[Item]:
     """Keyset page over ``(created_at, id)`` descending, ids in RFC 4122 byte order, of
     the rows of ``sources`` (disjoint): each is read in that order through an index of
-    its own, and their heads are merged."""
+    its own, at most a page of it, and their heads are merged, by the database in one
+    ``UNION ALL`` where it can order and limit each part (else here)."""
     after = decode_time_id(cursor) if cursor is not None else None
     size = clamp_limit(limit)
-    heads = [list(newest_first(rows, vendor, id_field, after, size + 1)) for rows in sources]
-    fetched = heads[0] if len(heads) == 1 else _merged(heads, id_field)[: size + 1]
+    heads = [newest_first(rows, vendor, id_field, after, size + 1) for rows in sources]
+    if len(heads) == 1:
+        fetched = list(heads[0])
+    elif _compound_heads(heads[0], vendor, id_field):
+        union = heads[0].union(*heads[1:], all=True)
+        fetched = list(union.order_by("-created_at", f"-{id_field}")[: size + 1])
+    else:
+        fetched = _merged([list(head) for head in heads], id_field)[: size + 1]
     page = fetched[:size]
     next_cursor = None
     if len(fetched) > size:
         last = page[-1]
         next_cursor = encode_time_id(last.created_at, getattr(last, id_field))  # type: ignore[attr-defined]
     return Page(items=[summarize(row) for row in page], next_cursor=next_cursor)
+
+
+def _starting_with(field: str, prefix: str) -> Q:
+    """``field`` starts with ``prefix``, as a range of the field's exact (code point)
+    order, which an index on it reads on every database (``LIKE`` folds case on some)."""
+    last = ord(prefix[-1])
+    if last == sys.maxunicode:
+        return Q(**{f"{field}__gte": prefix, f"{field}__startswith": prefix})
+    following = prefix[:-1] + chr(last + 1)
+    return Q(**{f"{field}__gte": prefix, f"{field}__lt": following})
+
+
+def _compound_heads(head: QuerySet[Any], vendor: Vendor, id_field: str) -> bool:
+    """Whether the heads can be merged in SQL: the database orders and limits the parts
+    of a compound statement, and the tie-break is the column itself."""
+    features = connections[head.db].features
+    return features.supports_slicing_ordering_in_compound and vendor.id_order(id_field) == id_field
 
 
 def _merged[Row: Model](heads: list[list[Row]], id_field: str) -> list[Row]:
@@ -173,13 +211,18 @@ class OrmMonitoring:
 
     def _statistics(self, tenant: TenantFilter) -> JobStatistics:
         ctx, scope = self._ctx, tenant_q(tenant)
-        jobs_by_state = dict.fromkeys(JobState, 0)
-        for code, n in ctx.jobs().filter(scope).values_list("state").annotate(n=Count("seq")):
+        finished = tallies.totals(ctx, tenant)
+        jobs_by_state = {
+            state: finished.get((TallySubject.JOB, JOB_STATE_CODES[state]), 0) for state in JobState
+        }
+        for code, n in _counted(ctx.jobs().filter(scope), "seq", _ACTIVE_JOBS):
             jobs_by_state[JOB_STATES[code]] = n
         enqueued = ctx.jobs().filter(scope, state=Code.ENQUEUED).values_list("queue")
-        instances_by_state = dict.fromkeys(InstanceState, 0)
-        per_state = ctx.instances().filter(scope).values_list("state").annotate(n=Count("id"))
-        for code, n in per_state:
+        instances_by_state = {
+            state: finished.get((TallySubject.INSTANCE, INSTANCE_STATE_CODES[state]), 0)
+            for state in InstanceState
+        }
+        for code, n in _counted(ctx.instances().filter(scope), "id", _ACTIVE_INSTANCES):
             instances_by_state[INSTANCE_STATES[code]] = n
         recurring = ctx.recurring().filter(scope)
         per_queue = enqueued.annotate(n=Count("seq"), oldest=Min("created_at")).order_by()
@@ -201,9 +244,12 @@ class OrmMonitoring:
         )
         if query.queue is not None:
             rows = rows.filter(queue=query.queue)
+        if query.target_prefix:
+            rows = rows.filter(_starting_with("target", query.target_prefix))
         needle = (query.target_contains or "").strip()
         if needle:
-            rows = rows.filter(target__icontains=needle)
+            # Lowered on both sides: the same on every database, whatever the collation.
+            rows = rows.alias(_lowered=Lower("target")).filter(_lowered__contains=needle.lower())
         # One source per state: each is read newest first through an index (see
         # models.Job), where all states at once have none to be read in that order.
         codes = sorted(JOB_STATE_CODES[state] for state in (query.states or JobState))
@@ -215,15 +261,14 @@ class OrmMonitoring:
         )
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
-        """One grouped read over a range of ``millrace_job_finished`` (terminal state,
-        ``finished_at``): it touches the jobs finished within the window only."""
+        """One grouped read of the window's ``millrace_finished_minute`` rows: about one
+        per minute and state, however many jobs finished (see :mod:`.tallies`)."""
         minutes = throughput_window(since, until)
         if not minutes:
             return []
         start, end = minutes[0], minutes[-1] + timedelta(minutes=1)
-        counted = finished_per_minute(self._ctx.jobs(), start, end)
         counts = {minute: [0, 0] for minute in minutes}
-        for minute, code, n in self._ctx.tx.read(lambda: list(counted)):
+        for minute, code, n in self._ctx.tx.read(lambda: tallies.per_minute(self._ctx, start, end)):
             key = minute.astimezone(UTC).replace(second=0, microsecond=0)
             if key in counts and code == Code.SUCCEEDED:
                 counts[key][0] += n
@@ -240,15 +285,16 @@ class OrmMonitoring:
             .defer("data", "cursor")
             .filter(tenant_q(query.tenant), created_q(query.created_after, query.created_before))
         )
-        if query.states:
-            rows = rows.filter(state__in=[INSTANCE_STATE_CODES[s] for s in query.states])
         if query.definition_id is not None:
             rows = rows.filter(definition_id=query.definition_id)
             if query.definition_version is not None:
                 rows = rows.filter(definition_version=query.definition_version)
+        # A state filter reads each state through millrace_instance_state.
+        codes = sorted(INSTANCE_STATE_CODES[s] for s in query.states)
+        sources = [rows.filter(state=code) for code in codes] if codes else [rows]
         return self._ctx.tx.read(
             lambda: _newest_first_page(
-                [rows], self._ctx.vendor, "id", query.cursor, query.limit, summarize_instance
+                sources, self._ctx.vendor, "id", query.cursor, query.limit, summarize_instance
             )
         )
 

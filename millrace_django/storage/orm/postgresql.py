@@ -43,6 +43,8 @@ from millrace_django.models import (
     Job,
     JobAttempt,
     PausedQueue,
+    Tally,
+    TallySubject,
     job_codes,
 )
 from millrace_django.models import JobStateCode as Code
@@ -71,6 +73,7 @@ def _q(name: str) -> str:
 _JOBS = _q(Job._meta.db_table)
 _ATTEMPTS = _q(JobAttempt._meta.db_table)
 _PAUSED = _q(PausedQueue._meta.db_table)
+_TALLIES = _q(Tally._meta.db_table)
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
@@ -368,19 +371,27 @@ _CLAIM_QUEUES = _Statement(
 # statistics are thin (a young or just truncated table, a plan made early), and then it
 # reads every in-flight row once per transition, cost that grows with the batch times
 # the rows in flight. A row that moved answers its transition's position in the batch
-# (1-based), cheaper to read back than its uuid.
+# (1-based), cheaper to read back than its uuid. The same statement appends the batch's
+# tally rows (one per queue, target and tenant it ended; see tallies.py).
 _COMPLETE = _Statement(
     "complete",
     f"""
-UPDATE {_JOBS} AS j
-SET state = {Code.SUCCEEDED}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
-    failures = t.failures, finished_at = t.finished_at, result = t.result
-FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
-            %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[])
-     WITH ORDINALITY AS t (uuid, worker_id, attempt, failures, finished_at, result, n)
-WHERE j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
-  AND j.state = t.attempt * 0 + {Code.PROCESSING}
-RETURNING t.n""",
+WITH done AS (
+    UPDATE {_JOBS} AS j
+    SET state = {Code.SUCCEEDED}, worker_id = NULL, lease_until = NULL, key_scope = NULL,
+        failures = t.failures, finished_at = t.finished_at, result = t.result
+    FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
+                %(failures)s::integer[], %(finished)s::timestamptz[], %(results)s::jsonb[])
+         WITH ORDINALITY AS t (uuid, worker_id, attempt, failures, finished_at, result, n)
+    WHERE j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
+      AND j.state = t.attempt * 0 + {Code.PROCESSING}
+    RETURNING t.n, j.queue, j.target, j.tenant_id
+), tallied AS (
+    INSERT INTO {_TALLIES} (subject, state, queue, target, tenant_id, n)
+    SELECT {TallySubject.JOB}, {Code.SUCCEEDED}, queue, target, tenant_id, count(*)
+    FROM done GROUP BY queue, target, tenant_id
+)
+SELECT n FROM done""",
     {
         "ids": "uuid[]",
         "workers": "text[]",

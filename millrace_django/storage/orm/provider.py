@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from uuid import UUID
 
 from django.conf import settings
@@ -35,6 +36,7 @@ from millrace_django.contract import (
     WorkflowInstanceRecord,
 )
 from millrace_django.errors import StorageError
+from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.jobs import OrmJobs
 from millrace_django.storage.orm.monitoring import OrmMonitoring
@@ -96,10 +98,12 @@ class DjangoStorage:
             statement_timeout=statement_timeout,
             attempts=transaction_attempts,
             announce=self._wakeups.announce,
+            record_tally=partial(tallies.record, alias),
         )
         channel = self._wakeups.channel if isinstance(self._wakeups, PostgresWakeups) else None
         self._tx = tx
         ctx = OrmContext(alias, self.clock, self.vendor, tx, notify_channel=channel)
+        self._ctx = ctx
         self._jobs = OrmJobs(ctx)
         self._workflows = OrmWorkflows(ctx)
         self._monitoring = OrmMonitoring(ctx)
@@ -142,6 +146,10 @@ class DjangoStorage:
 
     def purge_finished(self, before: datetime, limit: int) -> int:
         return self._jobs.purge_finished(before, limit)
+
+    def fold_statistics(self, limit: int) -> int:
+        """Fold the maintained counts' rows, each group's into one (see :mod:`.tallies`)."""
+        return tallies.fold(self._ctx, limit)
 
     def delete_job(self, job_id: UUID) -> bool:
         return self._jobs.delete_job(job_id)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django.db.models import (
     Case,
-    Count,
     DateTimeField,
     Exists,
     Expression,
@@ -31,9 +30,14 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import TruncMinute
 
-from millrace_django.contract import TERMINAL_JOB_STATES, JobState, JobTransition
+from millrace_django.contract import (
+    TERMINAL_JOB_STATES,
+    JobState,
+    JobTransition,
+    TenantFilter,
+    TenantScope,
+)
 from millrace_django.models import Bookmark, Job, PausedQueue, Recurring, job_codes
 from millrace_django.models import JobStateCode as Code
 
@@ -42,6 +46,25 @@ if TYPE_CHECKING:
 
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
+
+
+def tenant_q(tenant: TenantFilter) -> Q:
+    """Rows of any tenant, of none, or of the one named."""
+    if tenant.scope is TenantScope.UNTENANTED:
+        return Q(tenant_id__isnull=True)
+    if tenant.scope is TenantScope.TENANT:
+        return Q(tenant_id=tenant.tenant_id)
+    return Q()
+
+
+def created_q(after: datetime | None, before: datetime | None) -> Q:
+    """``after`` inclusive, ``before`` exclusive."""
+    q = Q()
+    if after is not None:
+        q &= Q(created_at__gte=after)
+    if before is not None:
+        q &= Q(created_at__lt=before)
+    return q
 
 
 def _not_paused(jobs: QuerySet[Job]) -> Any:
@@ -76,21 +99,6 @@ def expired_candidates(
     )
 
 
-def finished_per_minute(
-    jobs: QuerySet[Job], start: datetime, end: datetime
-) -> QuerySet[Job, tuple[datetime, int, int]]:
-    """``(minute, state, count)`` of the terminal jobs with ``start <= finished_at < end``,
-    grouped by UTC minute: one range of ``millrace_job_finished`` (state, finished_at),
-    whose size is the jobs finished within the window, however many are stored."""
-    return (
-        jobs.filter(state__in=_TERMINAL, finished_at__gte=start, finished_at__lt=end)
-        .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
-        .values_list("minute", "state")
-        .annotate(n=Count("seq"))
-        .order_by()
-    )
-
-
 def fenced(jobs: QuerySet[Job], t: JobTransition) -> QuerySet[Job]:
     """The job ``t`` moves, locked, iff it still matches the fence ``(processing,
     worker, attempt)``. A locked row is waited for, never skipped: skipping would fail
@@ -103,7 +111,7 @@ def fenced(jobs: QuerySet[Job], t: JobTransition) -> QuerySet[Job]:
             worker_id=t.expected_worker_id,
             attempt=t.expected_attempt,
         )
-        .only("seq", "uuid", "queue", "attempt", "failures", "worker_id")
+        .only("seq", "uuid", "queue", "target", "tenant_id", "attempt", "failures", "worker_id")
     )
 
 

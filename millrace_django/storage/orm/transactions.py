@@ -7,7 +7,10 @@ Every statement runs under the vendor's statement timeout.
 
 A call that makes jobs ``enqueued`` says which queues (:meth:`Transactions.enqueued`);
 just before its transaction (or savepoint) ends, those queues are announced once, so the
-wake-up hint commits, or rolls back, with the jobs.
+wake-up hint commits, or rolls back, with the jobs. A call that ends jobs (or deletes
+finished ones) says so too (:meth:`Transactions.tally`): the changes to the maintained
+counts are written once, just before the outermost call's transaction ends, so a batch
+of transitions appends one row per group, not one per transition.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
@@ -50,6 +54,7 @@ class Transactions:
         statement_timeout: timedelta = DEFAULT_STATEMENT_TIMEOUT,
         attempts: int = DEFAULT_ATTEMPTS,
         announce: Callable[[frozenset[str]], None] | None = None,
+        record_tally: Callable[[Mapping[Any, int]], None] | None = None,
     ) -> None:
         if attempts < 1:
             raise ValueError("a transaction needs at least one attempt")
@@ -58,6 +63,7 @@ class Transactions:
         self.statement_timeout = statement_timeout
         self.attempts = attempts
         self._announce = announce
+        self._record_tally = record_tally
         self._local = threading.local()
 
     def enqueued(self, queues: Iterable[str]) -> None:
@@ -66,6 +72,13 @@ class Transactions:
         woken: set[str] | None = getattr(self._local, "woken", None)
         if woken is not None:
             woken.update(queues)
+
+    def tally(self, changes: Mapping[Any, int]) -> None:
+        """Note changes to maintained counts made in the current transaction (a no-op
+        outside :meth:`write`). They are dropped with a savepoint that rolls back."""
+        pending: Counter[Any] | None = getattr(self._local, "tallied", None)
+        if pending is not None:
+            pending.update(changes)
 
     def write(self, work: Callable[[], T], *, one_statement: bool = False) -> T:
         """Run ``work`` in its own transaction, replaying it on contention.
@@ -105,16 +118,24 @@ class Transactions:
             _pause(attempt)
 
     def _run(self, work: Callable[[], T]) -> T:
-        """``work``, then the announcement of what it woke, in the same transaction."""
+        """``work``, then the announcement of what it woke and (unless an enclosing call
+        will) the record of what it tallied, in the same transaction."""
         outer: set[str] | None = getattr(self._local, "woken", None)
+        outer_tally: Counter[Any] | None = getattr(self._local, "tallied", None)
         woken: set[str] = set()
-        self._local.woken = woken
+        tallied: Counter[Any] = Counter()
+        self._local.woken, self._local.tallied = woken, tallied
         try:
             result = work()
         finally:
-            self._local.woken = outer
+            self._local.woken, self._local.tallied = outer, outer_tally
         if woken and self._announce is not None:
             self._announce(frozenset(woken))
+        if tallied:
+            if outer_tally is not None:
+                outer_tally.update(tallied)
+            elif self._record_tally is not None:
+                self._record_tally(tallied)
         return result
 
     def read(self, work: Callable[[], T]) -> T:

@@ -9,6 +9,7 @@ from uuid import UUID
 from django.db import IntegrityError
 
 from millrace_django.contract import (
+    TERMINAL_JOB_STATES,
     JobState,
     JobTransition,
     attempt_after,
@@ -18,7 +19,7 @@ from millrace_django.contract import (
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATE_CODES
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import history, queries, workflows
+from millrace_django.storage.orm import history, queries, tallies, workflows
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.hotpath import activate_continuations
 from millrace_django.storage.orm.inserts import insert_jobs
@@ -55,7 +56,11 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
         history.record(
             ctx, [history.EndedAttempt(row.seq, row.attempt, outcome, row.worker_id, error)], now
         )
-    ctx.jobs().filter(seq=row.seq).update(**moved(t, now))
+    fields = moved(t, now)
+    ctx.jobs().filter(seq=row.seq).update(**fields)
+    if t.target in TERMINAL_JOB_STATES:
+        ended = (fields["state"], row.queue, row.target, row.tenant_id, fields["finished_at"])
+        ctx.tx.tally(tallies.jobs_ended([ended]))
     if t.target is JobState.ENQUEUED:
         ctx.tx.enqueued([row.queue])
     if t.checkpoint is not None:
@@ -107,10 +112,13 @@ def cancel_awaiting_closure(ctx: OrmContext, parent_id: UUID, now: datetime) -> 
             ctx.jobs()
             .select_for_update()
             .filter(parent_id__in=frontier, state=Code.AWAITING)
-            .values_list("uuid", flat=True)
+            .values_list("uuid", "queue", "target", "tenant_id")
         )
+        frontier = [uuid for uuid, *_ in children]
         if children:
-            ctx.jobs().filter(uuid__in=children).update(
+            ctx.jobs().filter(uuid__in=frontier).update(
                 state=Code.CANCELLED, finished_at=now, key_scope=None
             )
-        frontier = children
+            ctx.tx.tally(
+                tallies.jobs_ended((Code.CANCELLED, *group, now) for _, *group in children)
+            )

@@ -19,7 +19,7 @@ from millrace_django.contract import (
 from millrace_django.errors import ConcurrencyConflict, StorageError
 from millrace_django.models import INSTANCE_STATE_CODES, job_codes
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import queries
+from millrace_django.storage.orm import queries, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
@@ -36,12 +36,27 @@ _TERMINAL_INSTANCE = [INSTANCE_STATE_CODES[s] for s in TERMINAL_INSTANCE_STATES]
 
 def checkpoint(ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
     """Replace the instance iff it is still at ``expected_revision``; a stale or missing
-    instance raises (and so rolls back the caller's transaction)."""
-    updated = (
-        ctx.instances()
-        .filter(id=instance.id, revision=expected_revision)
-        .update(**instance_fields(instance, expected_revision + 1))
-    )
+    instance raises (and so rolls back the caller's transaction).
+
+    An instance that ends here is counted: its update asks for an unfinished stored
+    state, and only if that finds nothing is the row read (locked) to tell a stale
+    revision from a finished instance being rewritten (rare), whose count then moves."""
+    stored = ctx.instances().filter(id=instance.id, revision=expected_revision)
+    fields = instance_fields(instance, expected_revision + 1)
+    state = fields["state"]
+    if state not in tallies.TERMINAL_INSTANCE_CODES:
+        updated = stored.update(**fields)
+    elif stored.exclude(state__in=_TERMINAL_INSTANCE).update(**fields):
+        ctx.tx.tally(tallies.instance_ended(state, instance.definition_id, instance.tenant_id))
+        return
+    else:
+        was = stored.select_for_update().values_list("state", "definition_id", "tenant_id").first()
+        updated = stored.update(**fields) if was is not None else 0
+        if was is not None and was[0] != state:
+            change = tallies.instance_ended(state, instance.definition_id, instance.tenant_id)
+            if was[0] in tallies.TERMINAL_INSTANCE_CODES:
+                change.subtract(tallies.instance_ended(*was))
+            ctx.tx.tally(change)
     if not updated:
         raise ConcurrencyConflict(
             f"workflow instance {instance.id} is not at revision {expected_revision}"
@@ -67,6 +82,11 @@ class OrmWorkflows:
                 raise ConcurrencyConflict(
                     f"workflow instance {instance.id} already exists"
                 ) from error
+            state = INSTANCE_STATE_CODES[instance.state]
+            if state in tallies.TERMINAL_INSTANCE_CODES:
+                self._ctx.tx.tally(
+                    tallies.instance_ended(state, instance.definition_id, instance.tenant_id)
+                )
             insert_jobs(self._ctx, enqueue)
             if bookmarks:
                 self._insert_bookmarks(bookmarks)
@@ -137,29 +157,35 @@ class OrmWorkflows:
                 self._ctx.instances()
                 .select_for_update()
                 .filter(id=instance_id)
-                .values_list("state", "revision")
+                .values_list("state", "revision", "definition_id", "tenant_id")
                 .first()
             )
             if stored is None or stored[0] in _TERMINAL_INSTANCE:
                 return False
+            _, revision, definition_id, tenant_id = stored
             owned.update(self._lock_owned_jobs(instance_id))
             now = self._ctx.clock.now()
+            cancelled = INSTANCE_STATE_CODES[InstanceState.CANCELLED]
             self._ctx.instances().filter(id=instance_id).update(
-                state=INSTANCE_STATE_CODES[InstanceState.CANCELLED],
-                revision=stored[1] + 1,
-                updated_at=now,
+                state=cancelled, revision=revision + 1, updated_at=now
             )
+            self._ctx.tx.tally(tallies.instance_ended(cancelled, definition_id, tenant_id))
             self._ctx.bookmarks().filter(instance_id=instance_id).delete()
-            running = [uuid for uuid, state in owned.items() if state == Code.PROCESSING]
-            waiting = [uuid for uuid, state in owned.items() if state in _PRE_ACTIVE]
+            running = [uuid for uuid, (state, *_) in owned.items() if state == Code.PROCESSING]
+            waiting = {uuid: job for uuid, job in owned.items() if job[0] in _PRE_ACTIVE}
             if running:
                 self._ctx.jobs().filter(uuid__in=running).update(cancel_requested=True)
             if waiting:
                 # transitions imports this module, so import it here
                 from millrace_django.storage.orm.transitions import cancel_awaiting_closure
 
-                self._ctx.jobs().filter(uuid__in=waiting).update(
+                self._ctx.jobs().filter(uuid__in=list(waiting)).update(
                     state=Code.CANCELLED, finished_at=now, key_scope=None
+                )
+                self._ctx.tx.tally(
+                    tallies.jobs_ended(
+                        (Code.CANCELLED, *group, now) for _, *group in waiting.values()
+                    )
                 )
                 for job_id in waiting:
                     cancel_awaiting_closure(self._ctx, job_id, now)
@@ -167,13 +193,14 @@ class OrmWorkflows:
 
         return self._ctx.tx.write(cancel)
 
-    def _lock_owned_jobs(self, instance_id: UUID) -> dict[UUID, int]:
-        """The active jobs of the instance (``uuid -> state code``), rows locked."""
+    def _lock_owned_jobs(self, instance_id: UUID) -> dict[UUID, tuple[int, str, str, str | None]]:
+        """The active jobs of the instance (``uuid -> (state code, queue, target,
+        tenant)``), rows locked."""
         rows = (
             self._ctx.jobs()
             .select_for_update()
             .filter(workflow_instance_id=instance_id, state__in=_ACTIVE)
             .order_by("seq")
-            .values_list("uuid", "state")
+            .values_list("uuid", "state", "queue", "target", "tenant_id")
         )
-        return dict(rows)
+        return {uuid: (state, queue, target, tenant) for uuid, state, queue, target, tenant in rows}

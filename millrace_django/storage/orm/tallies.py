@@ -1,0 +1,156 @@
+"""Maintained counts of finished jobs and workflow instances: the ``millrace_tally``
+rows (per state, queue, target and tenant) and the ``millrace_finished_minute`` rows
+(jobs that ended succeeded or dead, per UTC minute: the throughput chart).
+
+Finished rows pile up for the whole retention period, so no read counts them: every
+transaction that ends jobs (or instances) appends one row per group it ended, every
+purge one negative row per group it deleted, and a group's count is the sum of its
+rows. :func:`fold` (the scheduler's, each pass) replaces a group's rows by one holding
+their sum, so a read sums about one row per group plus what ended since the last pass.
+Rows are only inserted and deleted, never updated: writers of the same group never wait
+for one another.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import QuerySet, Sum
+
+from millrace_django.contract import TERMINAL_INSTANCE_STATES, TenantFilter
+from millrace_django.models import INSTANCE_STATE_CODES, FinishedMinute, Tally, TallySubject
+from millrace_django.models import JobStateCode as Code
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.queries import tenant_q
+
+_PER_MINUTE = frozenset({Code.SUCCEEDED, Code.DEAD})
+TERMINAL_INSTANCE_CODES = frozenset(INSTANCE_STATE_CODES[s] for s in TERMINAL_INSTANCE_STATES)
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteKey:
+    """Jobs that ended in ``state`` (succeeded or dead) within one UTC minute."""
+
+    minute: datetime
+    state: int
+
+
+@dataclass(frozen=True, slots=True)
+class TallyKey:
+    """One group: jobs of a queue and target in a state, or instances of a definition."""
+
+    subject: int
+    state: int
+    queue: str
+    target: str
+    tenant_id: str | None
+
+
+def jobs_ended(rows: Iterable[tuple[Any, ...]]) -> Counter[TallyKey | MinuteKey]:
+    """Changes for jobs that reached a terminal state: ``(state, queue, target, tenant,
+    finished_at)`` per job."""
+    changes: Counter[TallyKey | MinuteKey] = Counter()
+    for state, queue, target, tenant, finished_at in rows:
+        changes[TallyKey(TallySubject.JOB, state, queue, target, tenant)] += 1
+        if state in _PER_MINUTE:
+            changes[MinuteKey(_floor_minute(finished_at), state)] += 1
+    return changes
+
+
+def _floor_minute(instant: datetime) -> datetime:
+    return instant.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def instance_ended(state: int, definition_id: str, tenant_id: str | None) -> Counter[TallyKey]:
+    """The change for an instance that reached the terminal ``state``."""
+    return Counter({TallyKey(TallySubject.INSTANCE, state, "", definition_id, tenant_id): 1})
+
+
+def record(alias: str, changes: Mapping[Any, int]) -> None:
+    """Append one row per group whose count changed (the transaction's own)."""
+    tallies = [
+        Tally(
+            subject=key.subject,
+            state=key.state,
+            queue=key.queue,
+            target=key.target,
+            tenant_id=key.tenant_id,
+            n=n,
+        )
+        for key, n in changes.items()
+        if n and isinstance(key, TallyKey)
+    ]
+    minutes = [
+        FinishedMinute(minute=key.minute, state=key.state, n=n)
+        for key, n in changes.items()
+        if n and isinstance(key, MinuteKey)
+    ]
+    if tallies:
+        Tally.objects.using(alias).bulk_create(tallies)
+    if minutes:
+        FinishedMinute.objects.using(alias).bulk_create(minutes)
+
+
+def totals(ctx: OrmContext, tenant: TenantFilter) -> dict[tuple[int, int], int]:
+    """``(subject, state) -> count`` of the finished rows of ``tenant``'s groups."""
+    summed = (
+        ctx.tallies()
+        .filter(tenant_q(tenant))
+        .values_list("subject", "state")
+        .annotate(n=Sum("n"))
+        .order_by()
+    )
+    return {(subject, state): int(n) for subject, state, n in summed}
+
+
+def per_minute(ctx: OrmContext, start: datetime, end: datetime) -> list[tuple[datetime, int, int]]:
+    """``(minute, state, count)`` of the jobs that ended succeeded or dead in
+    ``[start, end)``: about one row per minute and state."""
+    summed = (
+        ctx.finished_minutes()
+        .filter(minute__gte=start, minute__lt=end)
+        .values_list("minute", "state")
+        .annotate(n=Sum("n"))
+        .order_by()
+    )
+    return [(minute, state, int(n)) for minute, state, n in summed]
+
+
+def fold(ctx: OrmContext, limit: int) -> int:
+    """Replace each group's rows, among the oldest ``limit`` of each table, by one row of
+    their sum (none when it is zero); returns how many rows went. The rows are locked
+    first, so two folders never both replace the same rows: the second skips what the
+    first deleted."""
+
+    def work() -> int:
+        tallied = ctx.tallies().values_list(
+            "id", "subject", "state", "queue", "target", "tenant_id", "n"
+        )
+        minutes = ctx.finished_minutes().values_list("id", "minute", "state", "n")
+        return _fold(ctx, tallied, TallyKey, limit) + _fold(ctx, minutes, MinuteKey, limit)
+
+    return ctx.tx.write(work)
+
+
+def _fold(ctx: OrmContext, rows: QuerySet[Any], key: type[Any], limit: int) -> int:
+    """Fold the oldest ``limit`` of ``rows`` (``id``, the key's fields, ``n``), grouped
+    by ``key``; how many rows went."""
+    locked = list(rows.select_for_update().order_by("id")[:limit])
+    groups: defaultdict[Any, list[tuple[int, int]]] = defaultdict(list)
+    for row_id, *fields, n in locked:
+        groups[key(*fields)].append((row_id, n))
+    gone: list[int] = []
+    sums: Counter[Any] = Counter()
+    for group, members in groups.items():
+        total = sum(n for _, n in members)
+        if len(members) > 1 or total == 0:
+            gone.extend(row_id for row_id, _ in members)
+            sums[group] = total
+    if gone:
+        rows.model.objects.using(ctx.alias).filter(id__in=gone).delete()
+        record(ctx.alias, sums)
+    return len(gone)

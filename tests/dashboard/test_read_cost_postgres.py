@@ -1,0 +1,163 @@
+"""No dashboard read pays for history, on PostgreSQL: every page, API endpoint and the
+metrics endpoint reads as many rows with thousands of finished jobs stored as with a few.
+
+Rows read are PostgreSQL's own count of what each statement's plan read (see plans.py),
+never a timing. The finished jobs go through the storage as a worker's would (enqueued,
+claimed, acknowledged), so the maintained counts are kept the way they are in production.
+
+Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI, where it fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+from django.db import connections
+from django.test import Client
+
+from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobTransition
+from millrace_django.engine.invocation import Invocation
+from millrace_django.testing import JobRunner
+from tests.conformance.django_harness import require_alias
+from tests.dashboard.plans import StatementCost, statement_costs
+from tests.dashboard.sample import World, runner_now, seed
+
+require_alias("postgres", "MILLRACE_TEST_POSTGRES_URL")
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),
+]
+
+BASE = "/admin/millrace/"
+API = f"{BASE}api/v1/"
+BATCH = 500
+QUEUES = ("bulk-a", "bulk-b", "emails")
+SLACK = 51
+"""Rows a statement may read beyond what it read before: one page. Where a filter keeps
+a third of a state's jobs, the planner walks that state newest first and reads about
+three rows per row shown, a little more or less as the mix shifts; reads that paid for
+history would grow with the 15 times more finished jobs instead."""
+
+PATHS = [
+    "",
+    "?tenant=acme",
+    "jobs/",
+    "jobs/?state=succeeded",
+    "jobs/?state=dead",
+    "jobs/?queue=reports",
+    "jobs/?tenant=acme",
+    "jobs/?untenanted=on&state=succeeded",
+    "jobs/?target=tests.dashboard.sample:import",
+    "jobs/?target=tests.dashboard.sample:send_welcome&state=succeeded",
+    "jobs/?queue=emails&state=succeeded&state=dead&state=cancelled",
+    "queues/",
+    "recurring/",
+    "instances/",
+    "instances/?state=completed",
+    "instances/?tenant=acme",
+    "metrics",
+    f"{API}statistics",
+    f"{API}statistics?tenant=acme",
+    f"{API}jobs",
+    f"{API}jobs?queue=reports",
+    f"{API}jobs?state=succeeded&target=tests.dashboard.sample:send",
+    f"{API}queues",
+    f"{API}recurring",
+    f"{API}instances",
+]
+
+
+@pytest.fixture
+def runner(settings) -> Iterator[JobRunner]:
+    settings.MILLRACE = {**settings.MILLRACE, "DATABASE": "postgres"}
+    runner = runner_now()
+    with runner.installed():
+        yield runner
+
+
+@pytest.fixture
+def world(runner: JobRunner) -> World:
+    return seed(runner)
+
+
+def finish_jobs(runner: JobRunner, count: int) -> None:
+    """Store ``count`` jobs that ran and succeeded, in batches, as workers would: in three
+    queues, every tenth of tenant ``acme``."""
+    storage, clock = runner.storage, runner.clock
+    for start in range(0, count, BATCH):
+        size = min(BATCH, count - start)
+        jobs = [
+            JobRecord(
+                id=uuid4(),
+                queue=QUEUES[n % len(QUEUES)],
+                invocation=Invocation(target="tests.dashboard.sample:send_welcome"),
+                state=JobState.ENQUEUED,
+                created_at=clock.now(),
+                tenant_id="acme" if n % 10 == 0 else None,
+            )
+            for n in range(size)
+        ]
+        storage.enqueue(jobs)
+        claimed = storage.claim(
+            ClaimRequest(
+                worker_id="bulk", queues=frozenset(QUEUES), max_count=size, lease=timedelta(1)
+            )
+        )
+        done = storage.apply_many(
+            [
+                JobTransition(
+                    job_id=job.id,
+                    expected_worker_id="bulk",
+                    expected_attempt=job.attempt,
+                    target=JobState.SUCCEEDED,
+                    failures=0,
+                    finished_at=clock.now(),
+                )
+                for job in claimed
+            ]
+        )
+        assert done == [True] * size
+        clock.advance(timedelta(seconds=1))
+
+
+def costs(client: Client) -> dict[str, list[StatementCost]]:
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("ANALYZE")
+    measured = {}
+    for path in PATHS:
+
+        def get(path: str = path) -> None:
+            response = client.get(BASE + path if not path.startswith(API) else path)
+            assert response.status_code == 200, (path, response.status_code)
+
+        measured[path] = statement_costs("postgres", get)
+    return measured
+
+
+def test_no_page_reads_more_rows_when_finished_jobs_pile_up(
+    operator: Client, world: World, runner: JobRunner
+):
+    finish_jobs(runner, 300)
+    runner.storage.fold_statistics(1000)
+    few = costs(operator)
+
+    finish_jobs(runner, 4500)
+    runner.storage.fold_statistics(10_000)
+    many = costs(operator)
+
+    grown = {
+        path: [
+            (after.rows_read, before.rows_read, after.widest_node, after.sql[:300])
+            for before, after in zip(few[path], many[path], strict=True)
+            if after.rows_read > before.rows_read + SLACK
+        ]
+        for path in PATHS
+    }
+    import pprint
+
+    pprint.pprint({path: rows for path, rows in grown.items() if rows}, width=200)
+    assert {path: rows for path, rows in grown.items() if rows} == {}
+    assert all(few[path] for path in PATHS), "every path ran at least one SELECT"
