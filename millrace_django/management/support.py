@@ -154,9 +154,24 @@ def close_connections() -> None:
             connection.close()
 
 
+@contextmanager
+def closing_connections() -> Iterator[None]:
+    """For the life of a thread the runtime starts: close the thread's connections as
+    it ends, so none outlives the command (each ``call_command`` in a test suite would
+    otherwise leave its threads' sessions behind)."""
+    try:
+        yield
+    finally:
+        close_connections()
+
+
 def connection_hooks() -> Hooks:
     """The hooks every command hands to the runtime."""
-    return Hooks(around_job=fresh_connections, around_turn=tidy_connections)
+    return Hooks(
+        around_job=fresh_connections,
+        around_turn=tidy_connections,
+        around_thread=closing_connections,
+    )
 
 
 def calibrated_clock() -> ClockSync | None:

@@ -25,12 +25,13 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 
 from millrace_django.clock import Clock
 from millrace_django.contract import JobStorage, JobTransition
 from millrace_django.errors import ConcurrencyConflict, StorageError
 from millrace_django.runtime.execution import flush_progress, remerge
+from millrace_django.runtime.hooks import Scope, daemon_thread
 from millrace_django.runtime.inflight import Execution
 from millrace_django.runtime.threads import JOIN_TIMEOUT
 
@@ -67,6 +68,7 @@ class Acknowledger:
         around_turn: Callable[[], AbstractContextManager[object]],
         name: str,
         batch: int = 1,
+        around_thread: Scope = nullcontext,
     ) -> None:
         self._storage = storage
         self._clock = clock
@@ -85,7 +87,7 @@ class Acknowledger:
         """Consecutive ``apply_many`` calls that raised."""
         self._retry_at = 0.0
         """No write before this ``time.monotonic()`` (after a failure)."""
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = daemon_thread(self._run, name, around_thread)
 
     def start(self) -> None:
         self._thread.start()

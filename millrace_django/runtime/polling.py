@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 LISTEN_SLICE = 0.25
 """Seconds the notifier pump blocks per wait, so it notices closing promptly."""
 
+CLOSE_SECONDS = 4 * LISTEN_SLICE
+"""How long :meth:`Wakeup.close` waits for the pump to close its subscription."""
+
 
 class Backoff:
     """The adaptive poll delay."""
@@ -87,10 +90,14 @@ class Wakeup:
         return self._event.wait(timeout)
 
     def close(self) -> None:
-        """Stop listening; the pump closes the subscription after its current slice
-        (not waited for: it is a daemon holding nothing the caller needs)."""
+        """Stop listening, and wait (briefly) for the pump to close the subscription:
+        its connection is a database session, which must not outlive the worker (a
+        worker run inside a longer process, such as a test suite, would leave one
+        behind each time)."""
         self._closed.set()
         self._event.set()
+        if self._pump is not None and self._pump.is_alive():
+            self._pump.join(CLOSE_SECONDS)
 
     def _listen(self) -> None:
         subscription = self._subscription

@@ -33,8 +33,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
+from contextlib import nullcontext
 from typing import Any
 
+from millrace_django.runtime.hooks import Scope, daemon_thread
 from millrace_django.runtime.inflight import Execution
 
 logger = logging.getLogger(__name__)
@@ -117,13 +119,17 @@ class _Backlog:
 
 
 class JobPool(_Backlog):
-    """Up to ``size`` daemon threads running executions from a local queue, in order."""
+    """Up to ``size`` daemon threads running executions from a local queue, in order;
+    each lives inside ``around_thread`` (see :class:`~millrace_django.runtime.Hooks`)."""
 
-    def __init__(self, size: int, name: str, run: Run) -> None:
+    def __init__(
+        self, size: int, name: str, run: Run, *, around_thread: Scope = nullcontext
+    ) -> None:
         super().__init__()
         self.size = size
         self._name = name
         self._run = run
+        self._around_thread = around_thread
         self._work = threading.Condition(self._lock)
         """Idle threads wait here for executions."""
         self._room = threading.Condition(self._lock)
@@ -282,8 +288,8 @@ class JobPool(_Backlog):
         start = min(count - max(wake, 0), self.size - self._threads)
         for _ in range(start):
             self._numbered += 1
-            thread = threading.Thread(
-                target=self._serve, name=f"{self._name}-{self._numbered}", daemon=True
+            thread = daemon_thread(
+                self._serve, f"{self._name}-{self._numbered}", self._around_thread
             )
             self._threads += 1
             self._starting += 1

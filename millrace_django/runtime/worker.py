@@ -52,7 +52,7 @@ from millrace_django.runtime.execution import (
     run_claimed_async,
 )
 from millrace_django.runtime.heartbeat import Heartbeat
-from millrace_django.runtime.hooks import Hooks
+from millrace_django.runtime.hooks import Hooks, daemon_thread
 from millrace_django.runtime.inflight import Execution, InFlight
 from millrace_django.runtime.polling import Backoff, Wakeup
 from millrace_django.runtime.quarantine import Quarantine
@@ -156,7 +156,12 @@ class Worker:
         self._tally_lock = threading.Lock()
         self._started = False
         self._start_lock = threading.Lock()
-        self._pool = JobPool(self.concurrency, "millrace-job", self._execute)
+        self._pool = JobPool(
+            self.concurrency,
+            "millrace-job",
+            self._execute,
+            around_thread=self._hooks.around_thread,
+        )
         self._loop = LoopThread("millrace-asyncio")
         self._coroutines = CoroutinePool(
             config.async_concurrency, self._loop.loop, self._execute_async, self._pool.wake
@@ -179,10 +184,11 @@ class Worker:
             around_turn=self._hooks.around_turn,
             name="millrace-acks",
             batch=config.claim_batch,
+            around_thread=self._hooks.around_thread,
         )
         self._maintenance_done = threading.Event()
-        self._maintenance = threading.Thread(
-            target=self._maintain, name="millrace-maintenance", daemon=True
+        self._maintenance = daemon_thread(
+            self._maintain, "millrace-maintenance", self._hooks.around_thread
         )
         self._unwatch_depth: Callable[[], None] | None = None
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -24,6 +23,7 @@ from millrace_django.management.support import (
     stop_signals,
 )
 from millrace_django.runtime import Scheduler, Worker, WorkerStats
+from millrace_django.runtime.hooks import daemon_thread
 
 JOIN_SECONDS = 30.0
 """How long to wait for the scheduler thread's current pass after the worker stopped."""
@@ -134,8 +134,8 @@ class Command(BaseCommand):
                 if scheduler is not None:
                     if options["until_idle"]:
                         scheduler.run_once()  # what is due now counts as claimable now
-                    scheduling = threading.Thread(
-                        target=scheduler.run, name="millrace-scheduler", daemon=True
+                    scheduling = daemon_thread(
+                        scheduler.run, "millrace-scheduler", hooks.around_thread
                     )
                     scheduling.start()
                 settle_heap()

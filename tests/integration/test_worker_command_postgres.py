@@ -1,0 +1,55 @@
+"""``call_command("millrace_worker", ...)`` inside a longer process (a test suite) on
+PostgreSQL: every thread the command starts closes its database sessions as it ends,
+so repeated runs leave none behind (each used to leave its scheduler thread's session,
+which kept a suite from dropping its test database and could exhaust
+``max_connections``).
+
+Configured by MILLRACE_TEST_POSTGRES_URL (``scripts/testdb.sh`` starts a throwaway
+server); skipped when unset, except in CI, where it fails.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connections
+from django.test import override_settings
+
+from tests.conformance.django_harness import server_marks
+from tests.unit import command_jobs
+
+ALIAS = "postgres"
+pytestmark = server_marks(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
+
+RUNS = 5
+
+
+@pytest.fixture(autouse=True)
+def jobs_on_postgres() -> Iterator[None]:
+    with override_settings(MILLRACE={**settings.MILLRACE, "DATABASE": ALIAS}):
+        yield
+    command_jobs.ran.clear()
+
+
+def other_sessions() -> int:
+    """Sessions on the test database besides this test's own."""
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+def test_repeated_until_idle_runs_leave_no_database_session_behind() -> None:
+    before = other_sessions()
+    for run in range(RUNS):
+        command_jobs.record.enqueue(f"run-{run}")
+        call_command("millrace_worker", "--until-idle", stdout=io.StringIO(), stderr=io.StringIO())
+    assert len(command_jobs.ran) == RUNS
+    assert other_sessions() == before
