@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
-from millrace_django import Retry, job
+from millrace_django import JobContext, Retry, job
 
 ran: list[str] = []
 """Labels of the jobs run in this process."""
@@ -26,3 +27,12 @@ def record_email(label: str) -> str:
 def interrupt() -> None:
     """Raises ``KeyboardInterrupt`` of its own (no signal is involved)."""
     raise KeyboardInterrupt("raised by the job")
+
+
+@job(retry=Retry.fixed(timedelta(milliseconds=300), 2))
+def fails_once(label: str, context: JobContext) -> str:
+    """Fails its first attempt; its retry is due 300 ms later."""
+    ran.append(label)
+    if context.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+    return label

@@ -151,6 +151,48 @@ def test_until_idle_activates_due_jobs_first_unless_there_is_no_scheduler() -> N
 
 
 @transactional
+def test_until_done_waits_for_retries_and_scheduled_jobs_due_within_its_bound() -> None:
+    retried = command_jobs.fails_once.enqueue("retried")
+    scheduled = command_jobs.record.schedule("scheduled", delay=timedelta(milliseconds=500))
+    later = command_jobs.record.schedule("later", delay=timedelta(hours=1))
+    run_bounded("millrace_worker", "--until-idle")
+    assert (state_of(retried), state_of(scheduled)) == (JobState.FAILED, JobState.SCHEDULED)
+
+    output = run_bounded("millrace_worker", "--until-done=30")
+    assert (state_of(retried), state_of(scheduled)) == (JobState.SUCCEEDED, JobState.SUCCEEDED)
+    assert state_of(later) is JobState.SCHEDULED  # due after the bound: not waited for
+    assert "2 claimed (2 succeeded)" in output
+
+
+@transactional
+def test_until_done_without_a_timeout_takes_the_default_one() -> None:
+    job_id = command_jobs.record.schedule("soon", delay=timedelta(milliseconds=200))
+    run_bounded("millrace_worker", "--until-done")
+    assert state_of(job_id) is JobState.SUCCEEDED
+
+
+@transactional
+def test_until_done_fails_naming_the_jobs_left_when_its_timeout_passes() -> None:
+    job_id = command_jobs.record.schedule("never activated", delay=timedelta(milliseconds=100))
+    with pytest.raises(
+        CommandError, match=r"--until-done: 1 job\(s\) due by .* had not finished"
+    ) as failed:
+        run_bounded("millrace_worker", "--until-done=0.5", "--no-scheduler")
+    assert f"{job_id} (tests.unit.command_jobs:record) scheduled, due " in str(failed.value)
+    assert state_of(job_id) is JobState.SCHEDULED
+
+
+def test_until_done_and_until_idle_exclude_each_other() -> None:
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        run("millrace_worker", "--until-idle", "--until-done", "--skip-checks")
+
+
+def test_a_bad_until_done_timeout_is_an_error() -> None:
+    with pytest.raises(CommandError, match="--until-done takes a positive duration"):
+        run("millrace_worker", "--until-done=soon", "--skip-checks")
+
+
+@transactional
 def test_queues_narrow_what_the_worker_claims() -> None:
     email = command_jobs.record_email.enqueue("email")
     other = command_jobs.record.enqueue("other")
@@ -159,13 +201,14 @@ def test_queues_narrow_what_the_worker_claims() -> None:
 
 
 @transactional
+@pytest.mark.parametrize("until", ["--until-idle", "--until-done=60"])
 def test_several_processes_share_the_work_and_exit_cleanly(
-    monkeypatch: pytest.MonkeyPatch,
+    until: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The children open the test database (a file) through the sample settings.
     monkeypatch.setenv("MILLRACE_SQLITE_PATH", str(connection.settings_dict["NAME"]))
     ids = [command_jobs.record.enqueue(f"job-{n}") for n in range(20)]
-    output = run("millrace_worker", "--processes", "2", "--until-idle", "--concurrency", "2")
+    output = run("millrace_worker", "--processes", "2", until, "--concurrency", "2")
     assert "2 worker processes stopped cleanly" in output
     rows = Job.objects.filter(uuid__in=ids)
     assert {row.state for row in rows} == {JOB_STATE_CODES[JobState.SUCCEEDED]}

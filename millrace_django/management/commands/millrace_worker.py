@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from millrace_django import wiring
+from millrace_django.clock import Clock
 from millrace_django.conf import MillraceSettings
+from millrace_django.contract import JobStorage, MonitoringStorage
 from millrace_django.management import supervisor
 from millrace_django.management.support import (
     calibrated_clock,
@@ -18,15 +22,20 @@ from millrace_django.management.support import (
     command_logging,
     connection_hooks,
     load_settings,
+    parse_duration,
     parse_queues,
     positive,
     stop_signals,
 )
-from millrace_django.runtime import Scheduler, Worker, WorkerStats
+from millrace_django.runtime import Hooks, Scheduler, Worker, WorkerStats
 from millrace_django.runtime.hooks import daemon_thread
+from millrace_django.runtime.until_done import Unfinished, UntilDone
 
 JOIN_SECONDS = 30.0
 """How long to wait for the scheduler thread's current pass after the worker stopped."""
+
+UNTIL_DONE_TIMEOUT = "5m"
+"""The bound of ``--until-done`` given without one."""
 
 
 class Command(BaseCommand):
@@ -63,11 +72,23 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not run the scheduler here (another process runs it).",
         )
-        parser.add_argument(
+        until = parser.add_mutually_exclusive_group()
+        until.add_argument(
             "--until-idle",
             action="store_true",
             help="Exit once nothing is claimable and nothing runs (for scripts and CI); "
-            "with the scheduler, due jobs are activated first.",
+            "with the scheduler, due jobs are activated first. Jobs scheduled or retried "
+            "later are left waiting: see --until-done.",
+        )
+        until.add_argument(
+            "--until-done",
+            nargs="?",
+            const=UNTIL_DONE_TIMEOUT,
+            metavar="TIMEOUT",
+            help="Exit once every job of the worker's queues due within TIMEOUT (default "
+            f"{UNTIL_DONE_TIMEOUT}; s, m, h, d, w or seconds) has finished: scheduled jobs "
+            "and retries due by then are waited for. Exits 1, listing what was left, if "
+            "TIMEOUT passes first.",
         )
         parser.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
 
@@ -76,13 +97,21 @@ class Command(BaseCommand):
         queues = parse_queues(options["queues"], settings)
         concurrency = positive("--concurrency", options["concurrency"])
         processes = positive("--processes", options["processes"]) or 1
+        if options["until_done"] is not None:
+            options["until_done"] = parse_duration("--until-done", options["until_done"])
         if processes > 1:
             self._supervise(processes, queues, concurrency, options)
             return
         with command_logging(options["verbosity"]):
-            stats = self._run(settings, queues, concurrency, options)
+            stats, unfinished = self._run(settings, queues, concurrency, options)
         if options["verbosity"] >= 1:
             self.stdout.write(describe(stats))
+        if unfinished is not None:
+            raise CommandError(
+                f"--until-done: {len(unfinished.jobs)} job(s) due by "
+                f"{unfinished.deadline.isoformat()} had not finished when the timeout "
+                f"passed:\n{unfinished.describe()}"
+            )
 
     def _run(
         self,
@@ -90,7 +119,7 @@ class Command(BaseCommand):
         queues: frozenset[str] | None,
         concurrency: int | None,
         options: dict[str, Any],
-    ) -> WorkerStats:
+    ) -> tuple[WorkerStats, Unfinished | None]:
         if settings.storage == "memory":
             self.stderr.write(
                 "MILLRACE['STORAGE'] is 'memory': this worker only sees jobs enqueued in "
@@ -129,6 +158,11 @@ class Command(BaseCommand):
             else None
         )
         scheduling = None
+        watch = (
+            None
+            if options["until_done"] is None
+            else _until_done(storage, clock, worker, options["until_done"], request_stop, hooks)
+        )
         try:
             with stop_signals(request_stop):
                 if scheduler is not None:
@@ -139,6 +173,8 @@ class Command(BaseCommand):
                     )
                     scheduling.start()
                 settle_heap()
+                if watch is not None:
+                    watch.start()
                 worker.run(until_idle=options["until_idle"])
                 if scheduler is not None:
                     scheduler.request_stop()
@@ -149,8 +185,10 @@ class Command(BaseCommand):
                 scheduler.request_stop()  # also when the worker failed
             if parent_watch is not None:
                 parent_watch.set()
+            if watch is not None:
+                watch.close()
             close_connections()
-        return worker.stats
+        return worker.stats, watch.unfinished if watch is not None else None
 
     def _supervise(
         self,
@@ -172,6 +210,8 @@ class Command(BaseCommand):
             common.append(f"--concurrency={concurrency}")
         if options["until_idle"]:
             common.append("--until-idle")
+        if options["until_done"] is not None:
+            common.append(f"--until-done={options['until_done'].total_seconds():g}")
         if options.get("no_color"):
             common.append("--no-color")
         commands = [
@@ -189,6 +229,27 @@ class Command(BaseCommand):
             )
         if options["verbosity"] >= 1:
             self.stdout.write(f"{processes} worker processes stopped cleanly")
+
+
+def _until_done(
+    storage: JobStorage,
+    clock: Clock,
+    worker: Worker,
+    timeout: timedelta,
+    stop: Callable[[], None],
+    hooks: Hooks,
+) -> UntilDone:
+    """The watch that stops ``worker`` once the jobs due within ``timeout`` finished."""
+    if not isinstance(storage, MonitoringStorage):
+        raise CommandError("--until-done needs a storage that can list jobs")
+    return UntilDone(
+        storage,
+        clock,
+        queues=worker.queues,
+        deadline=clock.now() + timeout,
+        stop=stop,
+        hooks=hooks,
+    )
 
 
 def describe(stats: WorkerStats) -> str:
