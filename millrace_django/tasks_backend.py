@@ -24,7 +24,6 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
-from traceback import format_exception
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -68,6 +67,7 @@ from millrace_django.engine import (
     validate_retry,
 )
 from millrace_django.engine.jsonvalues import json_problem
+from millrace_django.engine.outcomes import error_text
 from millrace_django.errors import MillraceError
 from millrace_django.tasks import attempts
 from millrace_django.tasks.declared import declared_changes, declared_options
@@ -450,9 +450,7 @@ class _Run:
                 )
             else:
                 path, raised = failure
-                error = TaskError(
-                    exception_class_path=path, traceback="".join(format_exception(raised))
-                )
+                error = TaskError(exception_class_path=path, traceback=error_text(raised))
             result.errors.append(error)
             final = next_delay(details.retry, details.summary.failures + 1) is None
             object.__setattr__(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random as _random
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -32,6 +31,7 @@ from millrace_django.engine.invocation import find
 from millrace_django.engine.jsonvalues import json_problem
 from millrace_django.engine.registry import JobDefinition, JobOptions
 from millrace_django.engine.retry import next_delay
+from millrace_django.engine.tracebacks import job_traceback
 from millrace_django.engine.workflow.failure import failure_jobs
 from millrace_django.ids import new_id
 
@@ -262,9 +262,11 @@ def failure_observer_jobs(
 
 
 def error_text(error: BaseException, traceback_text: str | None = None) -> str:
-    """The stored error: the formatted traceback, at most :data:`MAX_ERROR_LENGTH` long."""
+    """The stored error: the traceback from the job's own call on
+    (:func:`~millrace_django.engine.tracebacks.job_traceback`), at most
+    :data:`MAX_ERROR_LENGTH` long."""
     if traceback_text is None:
-        traceback_text = "".join(traceback.format_exception(error)).rstrip()
+        traceback_text = job_traceback(error)
     return _truncate(traceback_text)
 
 

@@ -65,6 +65,15 @@ def test_job_filters_use_the_api_names(operator: Client, world: World, runner):
     assert get(operator, "/jobs", untenanted="true", tenant="acme").json()["items"]
 
 
+def test_a_jobs_traceback_starts_at_the_jobs_own_call(operator: Client, world: World):
+    job = get(operator, f"/jobs/{world.dead}").json()
+    for text in (job["lastError"], job["attempts"][0]["error"]):
+        first_frame = text.splitlines()[1]
+        assert first_frame.startswith('  File "') and first_frame.endswith(", in import_orders")
+        assert "millrace_django" not in text
+        assert text.endswith("\nValueError: uploads/orders.xlsx: line 3: not a CSV file\n")
+
+
 def test_a_job_shows_everything_the_detail_page_does(operator: Client, world: World):
     job = get(operator, f"/jobs/{world.dead}").json()
     assert job["state"] == "dead"
@@ -119,7 +128,8 @@ def test_recurring_and_instances(operator: Client, world: World):
     assert detail["position"]["waiting"] == ["sig1"]
     assert detail["graph"]["start"] == "a1"
     stuck = get(operator, f"/instances/{world.suspended_instance}").json()["stuck"]
-    assert stuck[0]["error"].endswith("card declined: insufficient funds")
+    assert stuck[0]["error"].splitlines()[1].endswith(", in charge_card")  # the step's own
+    assert stuck[0]["error"].endswith("card declined: insufficient funds\n")
 
 
 class TestActions:

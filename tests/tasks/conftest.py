@@ -41,6 +41,7 @@ class Sent:
     status: str
     attempts: int
     errors: int
+    tracebacks: tuple[str, ...]
     handling: type[BaseException] | None
     """The exception being handled when the signal was sent, if any."""
     thread: str
@@ -59,6 +60,7 @@ class Signals:
             status=str(task_result.status),
             attempts=task_result.attempts,
             errors=len(task_result.errors),
+            tracebacks=tuple(error.traceback for error in task_result.errors),
             handling=sys.exc_info()[0],
             thread=threading.current_thread().name,
         )

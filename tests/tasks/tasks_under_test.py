@@ -66,6 +66,11 @@ with override_settings(TASKS=TASKS):
         return {"double": value * 2, **describe(context)}
 
     @task(max_attempts=1)
+    async def async_fails(message: str) -> None:
+        await asyncio.sleep(0)
+        raise ValueError(message)
+
+    @task(max_attempts=1)
     def once(value: str) -> str:
         return value
 

@@ -8,6 +8,7 @@ installed at start-up, and the worker runs on the same configured storage.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -42,6 +43,11 @@ FAST = {
 def fast_workers() -> Iterator[None]:
     with override_settings(MILLRACE=FAST):
         yield
+
+
+def frames(text: str) -> list[str]:
+    """The functions of a traceback's frames, outermost first."""
+    return re.findall(r'^  File "[^"]+", line \d+, in (\S+)$', text, re.M)
 
 
 def run_worker(*, concurrency: int = 4) -> Worker:
@@ -108,6 +114,37 @@ def test_retries_are_read_back_between_and_after_attempts() -> None:
     assert result.return_value["attempt"] == 2
     assert result.attempts == 2
     assert [e.exception_class for e in result.errors] == [t.FlakyError]
+
+
+def test_a_failed_tasks_traceback_starts_at_the_task_and_is_the_one_sent(
+    signals: Signals,
+) -> None:
+    failed = [t.always_fails.using(max_attempts=1).enqueue("kaboom"), t.async_fails.enqueue("x")]
+    run_worker()
+    for result, function, line in zip(
+        failed,
+        ("always_fails", "async_fails"),
+        ("ValueError: kaboom", "ValueError: x"),
+        strict=True,
+    ):
+        result.refresh()
+        (error,) = result.errors
+        assert error.traceback.startswith("Traceback (most recent call last):\n")
+        assert frames(error.traceback)[0] == function
+        assert error.traceback.endswith(f"\n{line}\n")
+        (sent,) = [s for s in signals.sent if s.id == result.id and s.signal == "finished"]
+        assert sent.tracebacks == (error.traceback,)
+
+
+def test_a_failure_in_the_runner_is_stored_as_it_was_sent(signals: Signals) -> None:
+    result = t.returns_a_set.using(max_attempts=1).enqueue()
+    run_worker()
+    result.refresh()
+    (error,) = result.errors
+    assert "millrace_django" not in error.traceback
+    assert error.traceback.endswith("\nTypeError: Unsupported type: <class 'set'>\n")
+    (sent,) = [s for s in signals.sent if s.id == result.id and s.signal == "finished"]
+    assert sent.tracebacks == (error.traceback,)
 
 
 def test_a_task_running_past_its_timeout_fails_with_job_timed_out(signals: Signals) -> None:

@@ -78,7 +78,7 @@ def test_a_failure_waits_for_the_retry_and_spends_one_failure(
     assert transition.due_at == clock.now() + timedelta(seconds=5)
     assert transition.error is not None
     assert transition.error.startswith("Traceback")
-    assert transition.error.endswith("RuntimeError: kaboom")
+    assert transition.error.endswith("\nRuntimeError: kaboom\n")
     assert "sample_jobs.py" in transition.error
     assert storage.apply(transition)
     assert stored(storage, job).last_error == transition.error

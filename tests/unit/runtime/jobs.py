@@ -66,6 +66,21 @@ def explode(message: str) -> None:
     raise RuntimeError(message)
 
 
+@job(retry=Retry.none())
+async def async_explode(message: str) -> None:
+    await asyncio.sleep(0)
+    raise RuntimeError(message)
+
+
+@job(retry=Retry.none())
+def explode_while_handling(message: str) -> None:
+    """Raises while handling another exception: the stored text keeps both."""
+    try:
+        {}["missing"]
+    except KeyError as error:
+        raise RuntimeError(message) from error
+
+
 STOPS: dict[str, type[BaseException]] = {
     "KeyboardInterrupt": KeyboardInterrupt,
     "SystemExit": SystemExit,
