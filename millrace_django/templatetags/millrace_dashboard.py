@@ -22,8 +22,18 @@ def short_id(value: UUID | str) -> str:
     return str(value)[-SHORT_ID_DIGITS:]
 
 
+def _lines(error: str | None) -> list[str]:
+    return [line for line in (error or "").splitlines() if line.strip()]
+
+
 @register.filter
 def exception_line(error: str | None) -> str:
     """The last non-blank line of a stored error: a traceback's exception line."""
-    lines = [line for line in (error or "").splitlines() if line.strip()]
+    lines = _lines(error)
     return lines[-1].strip() if lines else ""
+
+
+@register.filter
+def has_more_lines(error: str | None) -> bool:
+    """Whether a stored error says more than its exception line (a traceback)."""
+    return len(_lines(error)) > 1

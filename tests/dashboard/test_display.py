@@ -48,6 +48,11 @@ def row_of(page: str, job_id: UUID) -> str:
     return match.group(1)
 
 
+def last_error(page: str) -> str:
+    """The job page's "Last error" section."""
+    return page.split("<h2>Last error</h2>")[1].split('<div class="mr-section">')[0]
+
+
 def claim(runner: JobRunner, worker: str = "w1") -> JobRecord:
     """Claim, as ``worker``, the one job enqueued on queue ``default`` (the sample world
     leaves none there)."""
@@ -131,6 +136,23 @@ class TestActiveWorkers:
         assert all(f">pod-{n}<" in workers for n in range(8))
         census = re.sub(r"<[^>]+>", "", section(workers, "mr-census").split("</p>")[0])
         assert "8 alive, 40 jobs in flight of 64 slots" in census
+
+
+class TestErrors:
+    def test_a_traceback_shows_its_exception_line_first(self, operator, world):
+        error = last_error(html(operator, "job", world.dead))
+        exception = "ValueError: uploads/orders.xlsx: line 3: not a CSV file"
+        assert error.index(f'class="mr-exception">{exception}</p>') < error.index("Traceback")
+
+    def test_a_one_line_error_shows_once(self, operator, world, runner):
+        job_id = runner.client.enqueue(nightly_cleanup)
+        job = claim(runner)
+        final = ended(
+            job, JobState.DEAD, failures=1, finished_at=runner.clock.now(), error="gave up"
+        )
+        assert runner.storage.apply(final)
+        error = last_error(html(operator, "job", job_id))
+        assert error.count("gave up") == 1 and "<pre" not in error
 
 
 class TestIds:
