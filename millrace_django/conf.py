@@ -108,6 +108,16 @@ def _queues(value: Any) -> frozenset[str]:
     return queues
 
 
+_JSONB_LIMIT = (1 << 28) - 1
+"""The largest JSON value PostgreSQL's ``jsonb`` stores (255 MiB)."""
+
+
+def _byte_limit(value: Any) -> int:
+    if type(value) is not int or not 1 <= value <= _JSONB_LIMIT:
+        raise ValueError(f"a number of bytes from 1 to {_JSONB_LIMIT} (PostgreSQL's jsonb limit)")
+    return value
+
+
 def _boolean(value: Any) -> bool:
     if type(value) is not bool:
         raise TypeError("True or False")
@@ -164,6 +174,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "SHUTDOWN_TIMEOUT": ("shutdown_timeout", _non_negative_duration),
     "SHUTDOWN_GRACE": ("shutdown_grace", _non_negative_duration),
     "INTERRUPTION_LIMIT": ("interruption_limit", _positive_int),
+    "MAX_ARGUMENTS_BYTES": ("max_arguments_bytes", _byte_limit),
     "DEFAULT_RETRY": ("default_retry", _retry),
     "RETENTION": ("retention", _optional_positive_duration),
     "PURGE_BATCH": ("purge_batch", _positive_int),

@@ -9,6 +9,7 @@ from millrace_django.engine.context import CancelReason, JobContext, LogLine, Re
 from millrace_django.engine.cron import CronSchedule
 from millrace_django.engine.current import default_client, set_default_client
 from millrace_django.engine.errors import (
+    ArgumentsTooLarge,
     DuplicateIdempotencyKey,
     InvalidCron,
     InvalidJobArguments,
@@ -42,6 +43,7 @@ from millrace_django.engine.status import JobStatus
 from millrace_django.engine.tenancy import current_tenant, tenant
 
 __all__ = [
+    "ArgumentsTooLarge",
     "Batch",
     "CancelReason",
     "ConfiguredJob",

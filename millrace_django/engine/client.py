@@ -187,7 +187,12 @@ class JobClient:
             id=recurring_id,
             cron=schedule.expression,
             queue=self.queue(options.queue),
-            invocation=capture(definition, tuple(args), dict(kwargs or {})),
+            invocation=capture(
+                definition,
+                tuple(args),
+                dict(kwargs or {}),
+                max_bytes=self.config.max_arguments_bytes,
+            ),
             next_fire_time=next_fire_time,
             created_at=now,
             updated_at=now,
@@ -278,7 +283,7 @@ class JobClient:
     ) -> JobRecord:
         """A validated new job record (nothing is written)."""
         definition, fields = self._resolve(job, key)
-        invocation = capture(definition, args, kwargs)
+        invocation = capture(definition, args, kwargs, max_bytes=self.config.max_arguments_bytes)
         now = self.clock.now()
         return JobRecord.from_values(
             dict(
@@ -432,7 +437,12 @@ class Batch:
                 f"on_complete_kwargs may not set {', '.join(clashing)}: the batch passes them"
             )
         placeholders = dict.fromkeys(COUNT_NAMES, 0) | {"batch_id": str(self.id)}
-        capture(definition, tuple(args), {**kwargs, **placeholders})
+        capture(
+            definition,
+            tuple(args),
+            {**kwargs, **placeholders},
+            max_bytes=self._client.config.max_arguments_bytes,
+        )
         return Callback(
             # Stored as given (a JSON copy); the counts are added as keywords on completion.
             invocation=Invocation(

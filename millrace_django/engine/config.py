@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from millrace_django.contract import RetrySpec
+from millrace_django.engine.invocation import MAX_ARGUMENTS_BYTES
 from millrace_django.engine.retry import Retry, validate_retry
 
 
@@ -35,6 +36,12 @@ class EngineConfig(Protocol):
         """Claims without a recorded failure tolerated before the poison-pill verdict."""
         ...
 
+    @property
+    def max_arguments_bytes(self) -> int:
+        """The most a call's arguments may take as stored JSON; a larger call is refused
+        at enqueue (:class:`~millrace_django.engine.errors.ArgumentsTooLarge`)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineSettings:
@@ -44,6 +51,7 @@ class EngineSettings:
     default_queue: str = "default"
     default_retry: RetrySpec = field(default_factory=lambda: Retry.exponential(5))
     interruption_limit: int = 10
+    max_arguments_bytes: int = MAX_ARGUMENTS_BYTES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queues", frozenset(self.queues))
@@ -58,4 +66,8 @@ class EngineSettings:
         if type(self.interruption_limit) is not int or self.interruption_limit < 0:
             raise ValueError(
                 f"interruption_limit must be an integer >= 0; got {self.interruption_limit!r}"
+            )
+        if type(self.max_arguments_bytes) is not int or self.max_arguments_bytes < 1:
+            raise ValueError(
+                f"max_arguments_bytes must be an integer >= 1; got {self.max_arguments_bytes!r}"
             )

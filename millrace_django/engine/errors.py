@@ -30,6 +30,20 @@ class UnserializableArgument(InvalidJobArguments):
         self.argument = argument
 
 
+class ArgumentsTooLarge(MillraceError, ValueError):
+    """The arguments' JSON is over the configured limit; nothing was written."""
+
+    def __init__(self, target: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"cannot enqueue {target}: its arguments take {size} bytes as JSON, over the "
+            f"limit of {limit} bytes (MILLRACE['MAX_ARGUMENTS_BYTES']); store large data "
+            "elsewhere (a file, a model row) and pass its key"
+        )
+        self.target = target
+        self.size = size
+        self.limit = limit
+
+
 class InvalidRetry(MillraceError, ValueError):
     """A retry policy with impossible numbers (no attempts, negative delays)."""
 

@@ -1,7 +1,9 @@
 """Capturing a call as a stored invocation, and finding it again at run time.
 
 At enqueue the arguments are bound against the job's signature and must survive JSON
-unchanged, so the worker calls the function with exactly what the caller passed. At run
+unchanged, so the worker calls the function with exactly what the caller passed; their
+JSON must also fit a size limit, so every database stores them (MariaDB refuses a
+statement over its ``max_allowed_packet``) and large data travels by reference. At run
 time the target is imported by name; a target or arguments that no longer fit are
 :class:`~millrace_django.engine.errors.UnrunnableJob` errors, which the worker turns
 into a dead job (retrying cannot bring a renamed function back).
@@ -19,6 +21,7 @@ from typing import Any
 
 from millrace_django.contract import JSON, Invocation
 from millrace_django.engine.errors import (
+    ArgumentsTooLarge,
     InvalidJobArguments,
     InvalidStoredArguments,
     UnresolvableTarget,
@@ -31,12 +34,21 @@ _BREAKING = "renaming or moving a job function while jobs are queued is a breaki
 _PLAIN_SEQUENCES = (list, tuple)
 _PLAIN_MAPPINGS = (dict, MappingProxyType)  # (the latter: a call without arguments)
 
+MAX_ARGUMENTS_BYTES = 1 << 20
+"""The default limit on a call's arguments as stored: ``json.dumps({"args": [...],
+"kwargs": {...}})``, non-ASCII escaped, so one character is one byte."""
+
 
 def capture(
-    definition: JobDefinition[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    definition: JobDefinition[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    max_bytes: int = MAX_ARGUMENTS_BYTES,
 ) -> Invocation:
     """Bind and check a call; raise :class:`InvalidJobArguments` (a ``TypeError``)
-    naming the culprit when it does not fit or would not survive JSON."""
+    naming the culprit when it does not fit or would not survive JSON, and
+    :class:`ArgumentsTooLarge` when its JSON is over ``max_bytes``."""
     target = definition.target
     if definition.accepts_context and CONTEXT_PARAMETER in kwargs:
         raise InvalidJobArguments(
@@ -49,16 +61,19 @@ def capture(
     if not args and not kwargs:
         return Invocation.without_arguments(target)  # the commonest call: nothing to copy
     # A copy, so later mutation by the caller cannot reach the stored job.
+    budget = [max_bytes - _ITEM * (1 + len(args) + len(kwargs)) - _CHAR * sum(map(len, kwargs))]
     try:
         if shape.as_given:
-            stored_args = [_plain_copy(value, 0) for value in args]
-            stored_kwargs = {name: _plain_copy(value, 0) for name, value in kwargs.items()}
+            stored_args = [_plain_copy(value, 0, budget) for value in args]
+            stored_kwargs = {name: _plain_copy(value, 0, budget) for name, value in kwargs.items()}
         else:
             values = (*args, *kwargs.values())
-            stored_args = [_plain_copy(values[n], 0) for n in shape.args]
-            stored_kwargs = {name: _plain_copy(values[n], 0) for name, n in shape.kwargs}
+            stored_args = [_plain_copy(values[n], 0, budget) for n in shape.args]
+            stored_kwargs = {name: _plain_copy(values[n], 0, budget) for name, n in shape.kwargs}
     except _NotPlain:
-        return _checked_capture(definition, args, kwargs)
+        return _checked_capture(definition, args, kwargs, max_bytes)
+    if budget[0] < 0:  # only a bound was over: measure
+        _check_size(target, _stored_text(stored_args, stored_kwargs), max_bytes)
     return Invocation(target=target, args=tuple(stored_args), kwargs=stored_kwargs)
 
 
@@ -68,15 +83,27 @@ class _NotPlain(Exception):
 
 _COPY_DEPTH = 32
 _INT_BOUND = 1 << 64
+_CHAR = 12
+"""The most bytes one character of text takes in the stored JSON (an astral one is
+written as two ``\\u`` escapes)."""
+_ITEM = 32
+"""The most bytes a value takes besides its text: quotes, a number, brackets, and the
+separator and quoted-key punctuation around it."""
 
 
-def _plain_copy(value: Any, depth: int) -> JSON:
+def _plain_copy(value: Any, depth: int, budget: list[int]) -> JSON:
     """``value`` as a JSON round trip would give it back, when that is ``value`` itself:
-    plain JSON types only (scalars as they are, lists and dicts copied). Anything else
-    (or a huge int, a deep or cyclic structure) raises :class:`_NotPlain`, for the
-    full check to accept or explain."""
+    plain JSON types only (scalars as they are, lists and dicts copied), text without
+    U+0000. Anything else (or a huge int, a deep or cyclic structure) raises
+    :class:`_NotPlain`, for the full check to accept or explain. Takes from
+    ``budget[0]`` a bound on the bytes the value's members take as JSON."""
     kind = type(value)
-    if kind is str or value is None or kind is bool:
+    if kind is str:
+        if "\x00" in value:
+            raise _NotPlain
+        budget[0] -= _CHAR * len(value)
+        return value  # type: ignore[no-any-return]
+    if value is None or kind is bool:
         return value  # type: ignore[no-any-return]
     if kind is int:
         if -_INT_BOUND < value < _INT_BOUND:
@@ -86,19 +113,25 @@ def _plain_copy(value: Any, depth: int) -> JSON:
             return value  # type: ignore[no-any-return]
     elif depth < _COPY_DEPTH:
         if kind is list:
-            return [_plain_copy(item, depth + 1) for item in value]
+            budget[0] -= _ITEM * len(value)
+            return [_plain_copy(item, depth + 1, budget) for item in value]
         if kind is dict:
+            budget[0] -= _ITEM * len(value)
             copy: dict[str, JSON] = {}
             for key, item in value.items():
-                if type(key) is not str:
+                if type(key) is not str or "\x00" in key:
                     raise _NotPlain
-                copy[key] = _plain_copy(item, depth + 1)
+                budget[0] -= _CHAR * len(key)
+                copy[key] = _plain_copy(item, depth + 1, budget)
             return copy
     raise _NotPlain
 
 
 def _checked_capture(
-    definition: JobDefinition[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    definition: JobDefinition[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    max_bytes: int,
 ) -> Invocation:
     """The full check of a call that fits, naming the first culprit in signature order,
     and a JSON copy of what passes it."""
@@ -114,15 +147,25 @@ def _checked_capture(
                 _check(target, key, item)
         else:
             _check(target, name, value)
-    stored_args: list[JSON] = json.loads(json.dumps(list(bound.args)))
-    stored_kwargs: dict[str, JSON] = json.loads(json.dumps(bound.kwargs))
-    return Invocation(target=target, args=tuple(stored_args), kwargs=stored_kwargs)
+    text = _stored_text(list(bound.args), bound.kwargs)
+    _check_size(target, text, max_bytes)
+    stored: dict[str, Any] = json.loads(text)
+    return Invocation(target=target, args=tuple(stored["args"]), kwargs=stored["kwargs"])
 
 
 def _check(target: str, argument: str, value: object) -> None:
     problem = json_problem(value)
     if problem is not None:
         raise UnserializableArgument(target, argument, problem)
+
+
+def _stored_text(args: list[Any], kwargs: Mapping[str, Any]) -> str:
+    return json.dumps({"args": args, "kwargs": kwargs})
+
+
+def _check_size(target: str, text: str, max_bytes: int) -> None:
+    if len(text) > max_bytes:
+        raise ArgumentsTooLarge(target, len(text), max_bytes)
 
 
 def resolve(target: str) -> JobDefinition[..., Any]:

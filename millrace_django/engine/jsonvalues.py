@@ -2,7 +2,9 @@
 
 Arguments, results and progress are stored as JSON. A value that comes back different
 (a tuple as a list, a datetime as nothing at all) would make the job run with other
-arguments than it was given, so such values are refused up front with the reason.
+arguments than it was given, so such values are refused up front with the reason. So is
+text holding the character U+0000, which PostgreSQL cannot store in JSON: refused on
+every database, so a job that works on SQLite does not fail in production.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ _HINTS: tuple[tuple[type, str], ...] = (
 )
 
 
+NUL_PROBLEM = (
+    "contains the character U+0000 (NUL), which PostgreSQL cannot store in JSON; "
+    "remove it, or pass the text encoded (base64)"
+)
+
+
 def json_problem(value: object) -> str | None:
     """Why ``value`` would not round-trip through JSON unchanged, or ``None`` if it does."""
     return _problem(value, "", set())
@@ -34,7 +42,9 @@ def json_problem(value: object) -> str | None:
 
 def _problem(value: object, where: str, path: set[int]) -> str | None:
     kind = type(value)
-    if value is None or kind in (bool, int, str):
+    if kind is str:
+        return _at(where, NUL_PROBLEM) if "\x00" in value else None  # type: ignore[operator]
+    if value is None or kind in (bool, int):
         return None
     if kind is float:
         if math.isfinite(value):  # type: ignore[arg-type]
@@ -65,6 +75,8 @@ def _container_problem(value: object, where: str, path: set[int]) -> str | None:
                 f"has the key {key!r}, but JSON object keys are strings "
                 f"({key!r} would come back as {json.dumps(str(key))})",
             )
+        if "\x00" in key:
+            return _at(where, f"has a key that {NUL_PROBLEM}")
         if (problem := _problem(item, f"{where}[{key!r}]", path)) is not None:
             return problem
     return None

@@ -39,8 +39,9 @@ MAX_ERROR_LENGTH = 8192
 CANCELLED_BY_REQUEST = "Cancelled by request."
 _TRUNCATED = "\n... (truncated) ...\n"
 
-_AS_STORED = (bool, int, str)
-"""Result types that JSON stores unchanged (floats are checked: NaN is not JSON)."""
+_AS_STORED = (bool, int)
+"""Result types that JSON stores unchanged (floats are checked: NaN is not JSON; text
+too, unless it holds no U+0000)."""
 
 type Observers = Sequence[JobDefinition[..., Any] | str]
 """A job's ``failure_observers``; each is enqueued with the dead job's id when it dies."""
@@ -87,7 +88,11 @@ def succeeded(
 
     ``effects`` (a workflow step's checkpoint, next jobs and bookmarks) ride along."""
     stored: JSON
-    if result is None or type(result) in _AS_STORED:
+    if (
+        result is None
+        or type(result) in _AS_STORED
+        or (type(result) is str and "\x00" not in result)
+    ):
         stored = cast(JSON, result)  # JSON holds it as it is: nothing to copy (most return None)
     else:
         problem = json_problem(result)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.core.checks import Error
 
+from millrace_django import wiring
 from millrace_django.checks import check_settings
 from millrace_django.conf import InvalidSettings, get_settings, parse_settings
 from millrace_django.engine.retry import Retry
@@ -31,6 +32,7 @@ def test_no_setting_at_all_gives_the_documented_defaults(settings: Any) -> None:
     assert parsed.interruption_limit == 10
     assert parsed.default_retry == Retry.exponential(5)
     assert parsed.worker_retention == timedelta(days=1)
+    assert parsed.max_arguments_bytes == 1024 * 1024
 
 
 def test_numbers_are_read_as_seconds(settings: Any) -> None:
@@ -39,6 +41,12 @@ def test_numbers_are_read_as_seconds(settings: Any) -> None:
     assert parsed.lease == timedelta(minutes=10)
     assert parsed.heartbeat == timedelta(seconds=30.5)
     assert parsed.queues == {"default", "emails"}
+
+
+def test_the_arguments_limit_is_the_clients(settings: Any) -> None:
+    settings.MILLRACE = {"MAX_ARGUMENTS_BYTES": 4096}
+    assert get_settings().max_arguments_bytes == 4096
+    assert wiring.client().config.max_arguments_bytes == 4096
 
 
 def test_overriding_the_setting_is_seen_at_once(settings: Any) -> None:
@@ -82,6 +90,9 @@ def test_a_worker_retention_not_longer_than_the_lease_is_an_error_with_a_hint(
         ({"WORKER_RETENTION": "1d"}, "millrace.E003"),
         ({"STORAGE": "redis"}, "millrace.E003"),
         ({"DEFAULT_RETRY": {"kind": "fixed"}}, "millrace.E003"),
+        ({"MAX_ARGUMENTS_BYTES": 0}, "millrace.E003"),
+        ({"MAX_ARGUMENTS_BYTES": 1.5e6}, "millrace.E003"),
+        ({"MAX_ARGUMENTS_BYTES": 256 * 1024 * 1024}, "millrace.E003"),
         ({"POLL_MIN": 2, "POLL_MAX": 1}, "millrace.E005"),
         ({"QUEUES": ["emails"]}, "millrace.E006"),
         ({"DATABASE": "jobs"}, "millrace.E007"),

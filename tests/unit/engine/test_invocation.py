@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -14,6 +15,7 @@ import pytest
 from millrace_django.clock import FakeClock
 from millrace_django.contract import Invocation, JobQuery, JobRecord, JobState
 from millrace_django.engine import (
+    ArgumentsTooLarge,
     InvalidJobArguments,
     InvalidStoredArguments,
     JobClient,
@@ -133,6 +135,9 @@ def test_passing_context_yourself_is_refused() -> None:
         (object(), "object"),
         ({1: "a"}, "keys are strings"),
         ([{"deep": (1,)}], r"tuple.*\[0\]\['deep'\]"),
+        ("a\x00b", r"U\+0000 \(NUL\), which PostgreSQL cannot store"),
+        ({"note": ["a\x00b"]}, r"U\+0000.*\(at \['note'\]\[0\]\)"),
+        ({"a\x00b": 1}, r"has a key that contains the character U\+0000"),
     ],
 )
 def test_values_json_would_change_are_refused_naming_the_argument(value: Any, hint: str) -> None:
@@ -141,6 +146,60 @@ def test_values_json_would_change_are_refused_naming_the_argument(value: Any, hi
     assert raised.value.argument == "order_id"
     assert "'order_id'" in str(raised.value)
     assert isinstance(raised.value, TypeError)
+
+
+def _stored_size(invocation: Invocation) -> int:
+    return len(json.dumps({"args": list(invocation.args), "kwargs": dict(invocation.kwargs)}))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["x" * 1000, "\u00e9" * 1000, "\U0001f600" * 1000, "\x01" * 1000],
+    ids=["ascii", "accented", "astral", "control"],
+)
+@pytest.mark.parametrize("nested", [False, True], ids=["plain", "past-the-quick-copy"])
+def test_arguments_up_to_the_limit_are_captured_and_one_byte_more_is_refused(
+    text: str, nested: bool
+) -> None:
+    value: Any = {"text": text, "n": [1, 2.5, None, True]}
+    if nested:
+        for _ in range(40):
+            value = [value]
+    size = _stored_size(capture(sample_jobs.spread, (value,), {"tag": "t"}))
+    assert capture(sample_jobs.spread, (value,), {"tag": "t"}, max_bytes=size).args == (value,)
+    with pytest.raises(ArgumentsTooLarge) as raised:
+        capture(sample_jobs.spread, (value,), {"tag": "t"}, max_bytes=size - 1)
+    assert str(raised.value) == (
+        f"cannot enqueue {sample_jobs.spread.target}: its arguments take {size} bytes as JSON, "
+        f"over the limit of {size - 1} bytes (MILLRACE['MAX_ARGUMENTS_BYTES']); store large "
+        "data elsewhere (a file, a model row) and pass its key"
+    )
+    assert isinstance(raised.value, ValueError)
+
+
+def test_many_small_values_count_towards_the_limit() -> None:
+    values = [[n, -(10**18), 1e-300, False, None, {"k": ""}] for n in range(1000)]
+    size = _stored_size(capture(sample_jobs.send_confirmation, (values,), {}))
+    capture(sample_jobs.send_confirmation, (values,), {}, max_bytes=size)
+    with pytest.raises(ArgumentsTooLarge):
+        capture(sample_jobs.send_confirmation, (values,), {}, max_bytes=size - 1)
+
+
+def test_arguments_over_the_clients_limit_are_refused_and_nothing_is_written(
+    client: JobClient, storage: MemoryStorage
+) -> None:
+    limit = client.config.max_arguments_bytes
+    assert limit == 1 << 20
+    with pytest.raises(ArgumentsTooLarge, match=f"over the limit of {limit} bytes"):
+        sample_jobs.send_confirmation.enqueue("x" * limit)
+    with pytest.raises(ArgumentsTooLarge), client.batch() as batch:
+        batch.enqueue(sample_jobs.send_confirmation, "1")
+        batch.enqueue(sample_jobs.send_confirmation, "x" * limit)
+    with pytest.raises(ArgumentsTooLarge):
+        client.upsert_recurring(
+            "big", sample_jobs.send_confirmation, cron="* * * * *", args=["x" * limit]
+        )
+    assert storage.query_jobs(JobQuery()).items == []
 
 
 def test_a_model_instance_gets_the_primary_key_hint() -> None:

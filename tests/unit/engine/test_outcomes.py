@@ -64,6 +64,16 @@ def test_a_result_json_cannot_store_is_a_failure_with_a_clear_error(
     assert "tuple" in transition.error
 
 
+@pytest.mark.parametrize("result", ["a\x00b", {"text": "a\x00b"}, ["a\x00b"]])
+def test_a_result_holding_a_nul_character_is_a_failure_on_every_database(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, config: EngineSettings, result
+) -> None:
+    sample_jobs.add.enqueue(1, 2)
+    transition = outcomes.succeeded(claim(storage), result, clock=clock, config=config)
+    assert transition.target is JobState.FAILED
+    assert transition.error is not None and "U+0000" in transition.error
+
+
 def test_a_failure_waits_for_the_retry_and_spends_one_failure(
     client: JobClient, storage: MemoryStorage, clock: FakeClock, config: EngineSettings
 ) -> None:
