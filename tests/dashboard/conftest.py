@@ -29,6 +29,15 @@ def runner(db: None) -> Iterator[JobRunner]:
 
 
 @pytest.fixture
+def postgres_runner(settings: pytest.FixtureRequest) -> Iterator[JobRunner]:
+    """A runner whose storage is the ``postgres`` alias (a test marked for its database)."""
+    settings.MILLRACE = {**settings.MILLRACE, "DATABASE": "postgres"}  # type: ignore[attr-defined]
+    runner = runner_now()
+    with runner.installed():
+        yield runner
+
+
+@pytest.fixture
 def world(runner: JobRunner) -> World:
     return seed(runner)
 

@@ -9,7 +9,6 @@ CI, where it fails.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -23,7 +22,7 @@ from millrace_django.engine.invocation import Invocation
 from millrace_django.testing import JobRunner
 from tests.conformance.django_harness import require_alias
 from tests.dashboard.plans import statement_costs
-from tests.dashboard.sample import build_report, runner_now
+from tests.dashboard.sample import build_report
 
 require_alias("postgres", "MILLRACE_TEST_POSTGRES_URL")
 pytestmark = [
@@ -34,14 +33,6 @@ pytestmark = [
 SLACK = 2 * CONTINUATION_CAP
 """Rows a page may read beyond what it read for a job with a few continuations: the
 newest ones it lists, and the ties on their creation instant it sorts."""
-
-
-@pytest.fixture
-def runner(settings) -> Iterator[JobRunner]:
-    settings.MILLRACE = {**settings.MILLRACE, "DATABASE": "postgres"}
-    runner = runner_now()
-    with runner.installed():
-        yield runner
 
 
 def continue_with(runner: JobRunner, parent: UUID, count: int) -> None:
@@ -75,7 +66,10 @@ def rows_read(client: Client, job_id: UUID) -> int:
     return sum(cost.rows_read for cost in statement_costs("postgres", get))
 
 
-def test_a_job_page_reads_only_the_continuations_it_lists(operator: Client, runner: JobRunner):
+def test_a_job_page_reads_only_the_continuations_it_lists(
+    operator: Client, postgres_runner: JobRunner
+):
+    runner = postgres_runner
     few = runner.client.schedule(build_report, "2026-01", delay=timedelta(days=1))
     many = runner.client.schedule(build_report, "2026-02", delay=timedelta(days=1))
     continue_with(runner, few, 5)
