@@ -9,7 +9,6 @@ form. The schema is served at ``api/v1/openapi.json`` (:mod:`.openapi`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
@@ -37,6 +36,7 @@ API_VERSION = "v1"
 RENAMED = {
     "createdAfter": "created_after",
     "createdBefore": "created_before",
+    "targetContains": "target_contains",
     "definitionId": "definition",
     "definitionVersion": "version",
 }
@@ -57,9 +57,18 @@ def _csrf_problem(request: HttpRequest, rejected: HttpResponse) -> HttpResponse:
     )
 
 
+def _bad_path_problem(detail: str) -> HttpResponse:
+    return problem(400, "Invalid path parameter", detail)
+
+
 def _api(permission: Permission, *, post: bool = False) -> Callable[[Any], Any]:
     methods = ("POST",) if post else ("GET", "HEAD")
-    return guarded(permission, methods=methods, on_csrf_failure=_csrf_problem)
+    return guarded(
+        permission,
+        methods=methods,
+        on_csrf_failure=_csrf_problem,
+        on_bad_request=_bad_path_problem,
+    )
 
 
 def _outcome(outcome: Outcome) -> JsonResponse:
@@ -180,7 +189,7 @@ def _json_body(request: HttpRequest) -> tuple[Any, JsonResponse | None]:
     if not raw.strip():
         return None, None
     try:
-        return json.loads(raw), None
+        return wire.read_json(raw), None
     except ValueError as error:
         return None, problem(400, "Invalid JSON body", str(error))
 

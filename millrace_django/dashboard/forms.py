@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from uuid import UUID
 
@@ -10,6 +9,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from millrace_django.dashboard.actions import InstanceAction, JobAction
+from millrace_django.dashboard.wire import read_json
 
 MAX_BULK = 200
 """At most one page of ids per bulk action."""
@@ -30,9 +30,9 @@ class SignalForm(forms.Form):
         if not raw.strip():
             return None
         try:
-            return json.loads(raw)
+            return read_json(raw)
         except ValueError as error:
-            raise ValidationError(f"Not valid JSON: {error}") from error
+            raise ValidationError(str(error)) from error
 
 
 class Values(forms.Field):

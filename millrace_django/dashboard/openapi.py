@@ -361,6 +361,8 @@ def _problem(description: str) -> Schema:
 
 NOT_FOUND = _problem("unknown, nothing to act on, or access denied (denials are 404 too)")
 BAD = _problem("invalid parameters or cursor")
+BAD_NAME = _problem("a name in the path holding a NUL character (%00)")
+NAME_IN_PATH = "as it is, '/' included (plain or %2F); %00 is a 400"
 
 
 def _get(summary: str, ok: Schema, parameters: list[Schema] | None = None) -> Schema:
@@ -444,7 +446,7 @@ PATHS: Schema = {
             {"200": _json(_ref("Done"), "done"), "400": BAD},
         ),
         "parameters": [
-            _path("queue", STRING, "the queue's name (URL-encoded)"),
+            _path("queue", STRING, f"the queue's name, {NAME_IN_PATH}"),
             _path("action", {"enum": [a.value for a in QueueAction]}),
         ],
     },
@@ -456,9 +458,9 @@ PATHS: Schema = {
     "/recurring/{id}/trigger": {
         **_post(
             "Enqueue one extra occurrence now (the schedule does not move)",
-            {"200": _json(_ref("Done"), "enqueued")},
+            {"200": _json(_ref("Done"), "enqueued"), "400": BAD_NAME},
         ),
-        "parameters": [_path("id", STRING, "the definition's id (URL-encoded)")],
+        "parameters": [_path("id", STRING, f"the definition's id, {NAME_IN_PATH}")],
     },
     "/instances": _get(
         "Workflow instances, newest first",
@@ -507,7 +509,10 @@ PATHS: Schema = {
             {"200": _json(_ref("Done"), "delivered"), "400": _problem("bad JSON or payload")},
             _json(ANY_JSON, "the payload (raw JSON; an empty body sends null)"),
         ),
-        "parameters": [_path("name", STRING), _path("correlationId", STRING)],
+        "parameters": [
+            _path("name", STRING, "the signal's name (no '/')"),
+            _path("correlationId", STRING, NAME_IN_PATH),
+        ],
     },
     "/openapi.json": _get("This document", _json({"type": "object"}, "OpenAPI 3.1")),
 }

@@ -2,13 +2,17 @@
 
 path("admin/millrace/", include("millrace_django.dashboard.urls")),
 path("admin/", admin.site.urls),
+
+Names taken from the project (queues, recurring ids, signals) use the ``path`` converter:
+any configured name, ``/`` included, has a URL. The last pattern answers every other URL
+under the mount, so a visitor the dashboard refuses gets the same 404 everywhere in it.
 """
 
 from __future__ import annotations
 
 from django.urls import path
 
-from millrace_django.dashboard import api, metrics, views
+from millrace_django.dashboard import api, endpoints, metrics, views
 
 app_name = "millrace_dashboard"
 
@@ -37,7 +41,7 @@ urlpatterns = [
     ),
     path("signals/", views.signals, name="signals"),
     path("queues/", views.queues, name="queues"),
-    path("queues/<str:queue>/<slug:action>/", views.queue_action, name="queue-action"),
+    path("queues/<path:queue>/<slug:action>/", views.queue_action, name="queue-action"),
     # Prometheus text exposition (see docs/observability.md).
     path("metrics", metrics.metrics, name="metrics"),
     # The JSON API (see openapi.py).
@@ -71,6 +75,7 @@ urlpatterns = [
         name="api-signal",
     ),
     path(f"{API}queues", api.queues, name="api-queues"),
-    path(f"{API}queues/<str:queue>/<slug:action>", api.queue_action, name="api-queue-action"),
+    path(f"{API}queues/<path:queue>/<slug:action>", api.queue_action, name="api-queue-action"),
     path(f"{API}openapi.json", api.openapi, name="api-openapi"),
+    path("<path:rest>", endpoints.unknown, name="unknown"),
 ]

@@ -6,6 +6,7 @@ Scoped to the dashboard: nothing here changes how the host project serializes JS
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -189,6 +190,38 @@ def registered_worker(worker: RegisteredWorker) -> dict[str, Any]:
         "seenAt": instant(beat.seen_at),
         "gone": worker.gone,
     }
+
+
+MAX_JSON_DEPTH = 100
+"""How deep a JSON body (a signal's payload) may nest: deeper is refused, before the
+parser or anything after it runs out of stack."""
+
+
+def read_json(text: str) -> Any:
+    """A JSON body as Python values; a :class:`ValueError` saying why it is refused."""
+    too_deep = f"The JSON nests deeper than {MAX_JSON_DEPTH} levels, the most accepted."
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(too_deep) from None
+    except ValueError as error:
+        raise ValueError(f"Not valid JSON: {error}") from error
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise ValueError(too_deep)
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth > limit:
+                return True
+            pending.extend((child, depth + 1) for child in item)
+    return False
 
 
 def problem(status: int, title: str, detail: str | None = None, **extra: Any) -> dict[str, Any]:
