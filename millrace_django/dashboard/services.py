@@ -60,7 +60,6 @@ def configured_queues() -> list[str]:
 
 # -- workers and throughput ------------------------------------------------------------
 
-
 GONE_AFTER_HEARTBEATS = 3
 """A registered worker not seen for this many heartbeat intervals is shown as gone."""
 THROUGHPUT_MINUTES = 60
