@@ -39,16 +39,19 @@ from pgserver import DURABILITY, admin_connection, database_url, recreate_databa
 
 LOG_DIR = REPO / ".tmp" / "soak"
 PRODUCER = str(REPO / "bench" / "soak_producer.py")
-STORAGE_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "default": (),
-    "tuned": (
-        "ALTER TABLE millrace_job SET (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.01,"
-        " autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,"
-        " autovacuum_analyze_scale_factor = 0.05)",
-    ),
+AUTOVACUUM = (
+    "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
+    "autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02, "
+    "autovacuum_vacuum_cost_delay = 0"
+)
+STORAGE_PARAMETERS: dict[str, dict[str, str]] = {
+    "default": {},
+    "autovacuum": {"millrace_job": AUTOVACUUM},
+    "tuned": {"millrace_job": f"fillfactor = 50, {AUTOVACUUM}"},
 }
-"""The ``ALTER TABLE`` statements of each ``--storage-params`` choice (docs/benchmarks.md
-gives what each one measured)."""
+"""Per ``--storage-params`` choice, the storage parameters set on each table (``ALTER
+TABLE ... SET (...)``, right after migrating; a table the schema lacks is skipped).
+docs/benchmarks.md gives what each one measured."""
 SERVER_SETTINGS = (
     *DURABILITY,
     "shared_buffers",
@@ -141,6 +144,7 @@ class TableStats:
     dead: int
     autovacuums: int
     autoanalyzes: int
+    seq_scans: int
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ class Database:
             for row in self.rows(
                 "SELECT relname, pg_relation_size(relid), pg_indexes_size(relid), "
                 "pg_total_relation_size(relid), n_live_tup, n_dead_tup, autovacuum_count, "
-                "autoanalyze_count FROM pg_stat_user_tables "
+                "autoanalyze_count, seq_scan FROM pg_stat_user_tables "
                 "WHERE relname LIKE 'millrace\\_%' ORDER BY relname"
             )
         )
@@ -228,7 +232,7 @@ class Database:
 
     def storage_parameters(self) -> str:
         options = self.rows(
-            "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'millrace\\_job%' "
+            "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'millrace\\_%' "
             "AND relkind = 'r' AND reloptions IS NOT NULL ORDER BY relname"
         )
         return "; ".join(f"{name}: {', '.join(values)}" for name, values in options) or "none"
@@ -241,6 +245,12 @@ class Database:
 
 
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+
+
+def set_storage_parameters(db: Database, parameters: dict[str, str]) -> None:
+    for table, options in parameters.items():
+        if db.value("SELECT to_regclass(%s) IS NOT NULL", [table]):
+            db.rows(f"ALTER TABLE {table} SET ({options})")
 
 
 def run_producer(variables: dict[str, str], *arguments: str) -> None:
@@ -288,10 +298,11 @@ def drain(
 
 
 def clear_jobs(db: Database) -> None:
-    """Delete the measurement's jobs (as a purge would) and vacuum, so the load starts on
-    tables as after a quiet spell, planned with fresh statistics."""
+    """Delete the measurement's jobs, as a purge would. No ``VACUUM (ANALYZE)`` of the
+    emptied table: its statistics would then say "empty", and the workers' prepared
+    claims, planned again for an empty table, scanned it sequentially under the load
+    until the next autoanalyze (pickups of up to 54 s in the first minute, seen)."""
     db.rows("DELETE FROM millrace_job")
-    db.rows("VACUUM (ANALYZE) millrace_job, millrace_job_attempt, millrace_job_log")
 
 
 @dataclass
@@ -405,6 +416,7 @@ COLUMNS = (
     "other tables MB",
     "job live / dead rows",
     "job autovacuum / autoanalyze",
+    "job seq scans",
     "WAL MB",
 )
 
@@ -428,6 +440,7 @@ def window_row(w: Window) -> list[str]:
         f"{others / MB:.1f}",
         f"{job.live:,} / {job.dead:,}",
         f"{job.autovacuums} / {job.autoanalyzes}",
+        f"{job.seq_scans:,}",
         f"{w.wal_mb:,.0f}",
     ]
 
@@ -538,8 +551,7 @@ def soak(url: str, options: argparse.Namespace, report: Report) -> None:
     db = Database(url)
     stamps = Stamps(listener, time.monotonic() + 600 + options.minutes * 60 * 1.5)
     try:
-        for statement in STORAGE_PARAMETERS[options.storage_params]:
-            db.rows(statement)
+        set_storage_parameters(db, STORAGE_PARAMETERS[options.storage_params])
         report.header = header(db, options)
         print("millrace soak benchmark")
         for key, value in report.header.items():
