@@ -18,7 +18,7 @@ URL answers, so the dashboard's existence is not disclosed):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from typing import Any
@@ -89,8 +89,10 @@ class DashboardSettings:
 
     authorize: Policy | None = None
     """The explicit policy, if one is configured."""
-    admin_site: AdminSite = default_admin_site
-    """Whose look, header and navigation the pages take."""
+    admin_site: AdminSite = field(default_factory=lambda: default_admin_site)
+    """Whose look, header and navigation the pages take. The admin's default site is
+    lazy and stays unevaluated until a page renders, so a project without
+    ``django.contrib.admin`` (which cannot mount the dashboard) runs everything else."""
 
 
 _KEYS = ("AUTHORIZE", "ADMIN_SITE")

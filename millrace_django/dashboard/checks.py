@@ -7,6 +7,11 @@
 - ``millrace.E203``: the policy cannot be imported or is not callable.
 - ``millrace.E204``: the dashboard is mounted but the configured storage has no
   monitoring read model.
+- ``millrace.E205``: the dashboard is mounted but ``django.contrib.admin``, whose
+  login, look and templates its pages use, is not installed.
+
+A project that does not mount the dashboard (one without the admin, or a settings
+module for workers without ``ROOT_URLCONF``) gets none of the mount's checks.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.urls import NoReverseMatch, reverse
@@ -27,7 +32,10 @@ from millrace_django.dashboard.authorization import (
 
 
 def dashboard_mounted() -> bool:
-    """Whether the project's URLconf includes the dashboard's URLs."""
+    """Whether the project's URLconf includes the dashboard's URLs (``False`` without
+    a URLconf)."""
+    if getattr(settings, "ROOT_URLCONF", None) is None:
+        return False
     try:
         reverse("millrace_dashboard:overview")
     except NoReverseMatch:
@@ -60,6 +68,16 @@ def check_dashboard(
     storage_problem = _storage_problem()
     if storage_problem is not None:
         problems.append(storage_problem)
+    if not apps.is_installed("django.contrib.admin"):
+        problems.append(
+            Error(
+                "The Millrace dashboard is mounted, but django.contrib.admin is not "
+                "installed; its pages use the admin's login, look and templates.",
+                hint='Add "django.contrib.admin" to INSTALLED_APPS (with its dependencies: '
+                "auth, contenttypes, sessions, messages), or remove the dashboard's URLs.",
+                id="millrace.E205",
+            )
+        )
     return problems
 
 
