@@ -9,7 +9,6 @@ skipped when unset, except in CI, where it fails.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from django.test import Client
@@ -17,7 +16,7 @@ from django.test import Client
 from millrace_django.contract import InstanceState
 from millrace_django.testing import JobRunner
 from tests.conformance.django_harness import require_alias
-from tests.dashboard.sample import World, runner_now, seed
+from tests.dashboard.sample import World
 
 require_alias("postgres", "MILLRACE_TEST_POSTGRES_URL")
 pytestmark = [
@@ -30,16 +29,9 @@ API = f"{BASE}api/v1"
 
 
 @pytest.fixture
-def runner(settings) -> Iterator[JobRunner]:
-    settings.MILLRACE = {**settings.MILLRACE, "DATABASE": "postgres"}
-    runner = runner_now()
-    with runner.installed():
-        yield runner
-
-
-@pytest.fixture
-def world(runner: JobRunner) -> World:
-    return seed(runner)
+def runner(postgres_runner: JobRunner) -> JobRunner:
+    """The world (conftest.py) is seeded on PostgreSQL."""
+    return postgres_runner
 
 
 @pytest.mark.parametrize(
