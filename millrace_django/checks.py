@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
+from django.db import connections
 
-from millrace_django.conf import InvalidSettings, parse_settings
+from millrace_django.conf import InvalidSettings, MillraceSettings, parse_settings
+
+SQLITE_BUSY_TIMEOUT = 5.0
+"""Seconds a SQLite write waits for the writer lock when ``OPTIONS`` sets no ``timeout``
+(the default of Python's ``sqlite3.connect``)."""
 
 
 @register("millrace")
@@ -25,10 +31,32 @@ def check_settings(
     from millrace_django.storage.orm import configuration_problems
 
     return [
-        Error(
-            problem,
-            hint="See docs/storage.md, 'Settings each vendor needs'.",
-            id="millrace.E008",
-        )
+        Error(problem.message, hint=problem.hint, id="millrace.E008")
         for problem in configuration_problems(parsed.database)
+    ] + _sqlite_lease_problems(parsed)
+
+
+def _sqlite_lease_problems(parsed: MillraceSettings) -> list[CheckMessage]:
+    """On SQLite every write (a lease renewal, a completion) may wait up to the busy
+    timeout for the single writer lock. A renewal starts at most one heartbeat after the
+    last one; if its wait could outlast the lease, another worker may reclaim a job that
+    a healthy worker still runs, or has finished and is writing, and run it again."""
+    database = connections[parsed.database]
+    if database.vendor != "sqlite":
+        return []
+    options = database.settings_dict.get("OPTIONS") or {}
+    busy = timedelta(seconds=float(options.get("timeout", SQLITE_BUSY_TIMEOUT)))
+    if parsed.lease > parsed.heartbeat + busy:
+        return []
+    return [
+        Error(
+            f"MILLRACE['LEASE'] ({parsed.lease}) must be longer than MILLRACE['HEARTBEAT'] "
+            f"({parsed.heartbeat}) plus the SQLite busy timeout of database "
+            f"{parsed.database!r} (OPTIONS['timeout'], {busy}).",
+            hint="On SQLite a lease renewal or a completion may wait that long for the "
+            "single writer lock; a lease that ends meanwhile lets another worker run the "
+            "job again. Lengthen LEASE (several heartbeats plus the busy timeout), or "
+            "shorten HEARTBEAT or OPTIONS['timeout'].",
+            id="millrace.E010",
+        )
     ]

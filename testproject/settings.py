@@ -118,10 +118,11 @@ for _alias, _variable in (
 
 # Tuned for watching the demo: a one-second heartbeat notices a cancel request within a
 # second, idle workers poll at least every second, and Ctrl-C gives running jobs 3 s to
-# finish. Production keeps the defaults (docs/operating-workers.md).
+# finish. The lease covers a heartbeat plus SQLite's 30 s busy timeout (a system check
+# says so). Production keeps the defaults (docs/operating-workers.md).
 MILLRACE = {
     "QUEUES": ["default", "emails", "reports"],
-    "LEASE": 30,
+    "LEASE": 60,
     "HEARTBEAT": 1,
     "POLL_MAX": 1,
     "SCHEDULER_INTERVAL": 0.5,

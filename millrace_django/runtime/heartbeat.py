@@ -1,7 +1,8 @@
 """Keeping claims alive, and learning when a running job must stop.
 
 Each beat renews, in one call, the lease of every job this worker still runs (or has
-yet to start). The provider omits an id whose job was asked to cancel, or whose claim
+yet to start), and of every job whose outcome was decided less than a lease ago but is
+not written yet. The provider omits an id whose job was asked to cancel, or whose claim
 is no longer ours; one read tells which. A failed read keeps the job running (the next
 beat asks again). The beat also writes the progress and log lines jobs buffered since
 the last one.
@@ -42,14 +43,18 @@ class Heartbeat:
     def beat(self) -> None:
         """Renew, fire the cancellation of jobs that must stop, flush reports.
 
-        Only executions whose outcome is not decided yet are renewed: one that finished
-        keeps the lease it has while its transition is written (retried until that
-        lease ends), so a healthy heartbeat never keeps alive the claim of a job whose
-        completion cannot be written (Solid Queue #748)."""
-        held = self._in_flight.running()
+        An execution whose outcome is decided is renewed while its transition waits to
+        be written, for one lease after the decision
+        (:meth:`~millrace_django.runtime.inflight.Execution.renewable`): a completion
+        queued behind other writes (on SQLite, behind every other writer's) does not
+        lose its job to another worker, and one that cannot be written at all is still
+        given up within two leases (retried until its lease ends), so a healthy
+        heartbeat never keeps such a claim alive for good (Solid Queue #748)."""
+        now = self._clock.now()
+        held = self._in_flight.renewable(now, self._lease)
         if not held:
             return
-        renewed_until = self._clock.now() + self._lease  # no later than the stored one
+        renewed_until = now + self._lease  # no later than the stored one
         renewed = self._storage.renew_leases(
             self._worker_id, [execution.job.id for execution in held], self._lease
         )

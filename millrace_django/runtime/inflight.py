@@ -2,7 +2,8 @@
 
 An execution is *held* from its claim until its transition is written (or dropped), so
 the heartbeat renews its lease all that time, whether it still waits for a thread
-(prefetched), runs, or waits for its acknowledgement. Its thread is free again as soon
+(prefetched), runs, or waits for its acknowledgement (for at most one lease after its
+outcome was decided: see :meth:`Execution.renewable`). Its thread is free again as soon
 as the handler returns: a slot is a thread, not a lease.
 
 An execution is *settled* exactly once, by whoever gets there first: the thread that
@@ -30,6 +31,7 @@ class Execution:
         "_cancelled_at",
         "_lock",
         "_settled",
+        "_settled_at",
         "_started",
         "context",
         "deadline",
@@ -48,6 +50,7 @@ class Execution:
         self._lock = threading.Lock()
         self._cancelled_at: datetime | None = None
         self._settled = False
+        self._settled_at: datetime | None = None
         self._started = False
 
     def __repr__(self) -> str:
@@ -77,11 +80,30 @@ class Execution:
                 self._cancelled_at = now
         self.context.cancel(reason)
 
-    def settle(self) -> bool:
-        """Claim the right to decide this attempt's outcome; ``True`` only once."""
+    def settle(self, now: datetime | None = None) -> bool:
+        """Claim the right to decide this attempt's outcome; ``True`` only once. ``now``
+        (the clock's) is when the outcome was decided, from which its transition's claim
+        is kept alive for a while (see :meth:`renewable`)."""
         with self._lock:
             won, self._settled = not self._settled, True
+            if won:
+                self._settled_at = now
             return won
+
+    def renewable(self, now: datetime, window: timedelta) -> bool:
+        """Whether the heartbeat renews this claim at ``now``: the outcome is not
+        decided yet, or it was decided (at :meth:`settle`) less than ``window`` ago and
+        its transition waits to be written. Writes queue behind each other (on SQLite,
+        behind every other writer), so a completion may wait longer than what was left
+        of its lease; renewing it meanwhile keeps another worker from running the job
+        again. Only for ``window``: a completion that cannot be written at all must
+        not be kept alive by a healthy heartbeat (Solid Queue #748), so its claim lapses
+        at most ``window`` plus one lease after it was decided."""
+        with self._lock:
+            if not self._settled:
+                return True
+            settled_at = self._settled_at
+        return settled_at is not None and now < settled_at + window
 
     def settle_unstarted(self) -> bool:
         """Like :meth:`settle`, but only while the handler has not started (it then
@@ -166,6 +188,10 @@ class InFlight:
     def running(self) -> list[Execution]:
         """Executions whose outcome is not decided yet (started or not)."""
         return [execution for execution in self.all() if not execution.settled]
+
+    def renewable(self, now: datetime, window: timedelta) -> list[Execution]:
+        """Executions the heartbeat renews at ``now`` (see :meth:`Execution.renewable`)."""
+        return [execution for execution in self.all() if execution.renewable(now, window)]
 
     def count(self) -> int:
         with self._changed:

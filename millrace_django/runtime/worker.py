@@ -504,7 +504,7 @@ class Worker:
         """Write how the attempt ended; ``False`` if it was abandoned meanwhile (its
         outcome is discarded)."""
         job = execution.job
-        if not execution.settle():
+        if not execution.settle(self._clock.now()):
             logger.info(
                 "job %s attempt %d returned after it was abandoned; its outcome is discarded",
                 job.id,
@@ -528,7 +528,7 @@ class Worker:
         if execution.settle_unstarted():
             self._settle_cancelled(execution)
             return
-        if not execution.settle():
+        if not execution.settle(self._clock.now()):
             return
         if not self._coroutines.forget(execution):
             self._pool.replace_stuck()

@@ -1,5 +1,6 @@
 """A completion that cannot be written is retried until its claim's lease ends, then
-given up; the heartbeat never keeps such a claim alive (Solid Queue #748), in fake time."""
+given up; the heartbeat keeps such a claim alive for one lease after the job finished,
+never for good (Solid Queue #748), in fake time."""
 
 from __future__ import annotations
 
@@ -122,22 +123,24 @@ def test_a_completion_retried_after_the_storage_came_back_is_written_once(
     assert stored(storage, execution.job.id).state is JobState.SUCCEEDED
 
 
-def test_the_heartbeat_renews_running_jobs_only_not_finished_ones_awaiting_their_write(
+def test_the_heartbeat_renews_a_finished_job_awaiting_its_write_for_one_lease_only(
     storage: FailingStorage, clock: FakeClock
 ) -> None:
     running, finished = claimed(storage, clock, 2)
     in_flight = InFlight()
     in_flight.add_all([running, finished])
-    assert finished.settle()  # its handler returned; its transition is not written yet
-    lease_ends = stored(storage, finished.job.id).lease_until
-    clock.advance(timedelta(seconds=10))
+    assert finished.settle(clock.now())  # its handler returned; its transition waits
+    heartbeat = Heartbeat(storage, clock, in_flight, worker_id="thief", lease=LEASE)
 
-    Heartbeat(storage, clock, in_flight, worker_id="thief", lease=LEASE).beat()
+    clock.advance(LEASE - timedelta(seconds=1))
+    heartbeat.beat()
+    renewed = clock.now() + LEASE
+    assert stored(storage, finished.job.id).lease_until == finished.lease_until == renewed
 
+    clock.advance(timedelta(seconds=1))  # a lease after it finished: no more renewals
+    heartbeat.beat()
     assert stored(storage, running.job.id).lease_until == clock.now() + LEASE
-    assert running.lease_until == clock.now() + LEASE
-    assert stored(storage, finished.job.id).lease_until == lease_ends
-    assert finished.lease_until == lease_ends
+    assert stored(storage, finished.job.id).lease_until == finished.lease_until == renewed
 
 
 class LostAnswerStorage(FailingStorage):

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from millrace_django.clock import FakeClock
-from millrace_django.contract import JobState
+from millrace_django.contract import ClaimRequest, JobState
 from millrace_django.engine import CancelReason, JobClient, Retry
-from millrace_django.runtime import RuntimeSettings
+from millrace_django.runtime import Hooks, RuntimeSettings
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.conftest import StartWorker
-from tests.unit.runtime.helpers import started, steal, stored, wait_for_state, wait_until
+from tests.unit.runtime.helpers import (
+    TIMEOUT,
+    started,
+    steal,
+    stored,
+    wait_for_state,
+    wait_until,
+)
 from tests.unit.runtime.jobs import board
 
 
@@ -35,6 +45,42 @@ def test_the_heartbeat_keeps_a_job_alive_past_several_lease_lengths(
     board.event("long").set()
     job = wait_for_state(storage, job_id, JobState.SUCCEEDED)
     assert (job.attempt, job.result) == (1, "long")
+
+
+def test_a_completion_written_later_than_its_lease_had_left_keeps_its_job(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    # The acknowledgement waits (as a write does for SQLite's writer lock, or behind a
+    # slow batch) while the clock passes the end of the lease the job had when it ended.
+    written = threading.Event()
+
+    @contextmanager
+    def turn() -> Iterator[None]:
+        if threading.current_thread().name == "millrace-acks":
+            written.wait(TIMEOUT)
+        yield
+
+    job_id = jobs.record.enqueue("once")
+    worker = start_worker(hooks=Hooks(around_turn=turn)).worker
+    wait_until(lambda: ("record", "once") in board.calls, "the job to run")
+    ended_with = stored(storage, job_id).lease_until
+    assert ended_with is not None
+    while clock.now() <= ended_with:
+        beats = worker.stats.heartbeats
+        clock.advance(settings.heartbeat)
+        wait_until(lambda beats=beats: worker.stats.heartbeats > beats, "a heartbeat")
+
+    another = ClaimRequest(
+        worker_id="another", queues=frozenset({"default"}), max_count=10, lease=settings.lease
+    )
+    assert storage.claim(another) == []  # the claim was renewed: nobody may run it again
+    written.set()
+    job = wait_for_state(storage, job_id, JobState.SUCCEEDED)
+    assert (job.attempt, board.calls.count(("record", "once"))) == (1, 1)
 
 
 def test_a_lost_lease_stops_the_local_run_without_writing_a_transition(
