@@ -76,12 +76,19 @@ def require_alias(alias: str, variable: str) -> None:
     pytest.skip(f"{reason} (scripts/testdb.sh starts one)", allow_module_level=True)
 
 
-def server_marks(alias: str, variable: str) -> list[pytest.MarkDecorator]:
+def server_marks(
+    alias: str, variable: str, *, with_default: bool = False
+) -> list[pytest.MarkDecorator]:
     """The ``pytestmark`` of a module binding the kit to the database server on ``alias``:
-    the marker named after the alias and a transactional test database. Skips the module
-    when ``variable`` left ``alias`` unconfigured (fails in CI, see :func:`require_alias`)."""
+    the marker named after the alias and a transactional test database (and the
+    ``default`` one ``with_default``, for users and sessions). Skips the module when
+    ``variable`` left ``alias`` unconfigured (fails in CI, see :func:`require_alias`)."""
     require_alias(alias, variable)
-    return [getattr(pytest.mark, alias), pytest.mark.django_db(transaction=True, databases=[alias])]
+    databases = ["default", alias] if with_default else [alias]
+    return [
+        getattr(pytest.mark, alias),
+        pytest.mark.django_db(transaction=True, databases=databases),
+    ]
 
 
 class DjangoBinding:

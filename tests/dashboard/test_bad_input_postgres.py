@@ -15,14 +15,10 @@ from django.test import Client
 
 from millrace_django.contract import InstanceState
 from millrace_django.testing import JobRunner
-from tests.conformance.django_harness import require_alias
+from tests.conformance.django_harness import server_marks
 from tests.dashboard.sample import World
 
-require_alias("postgres", "MILLRACE_TEST_POSTGRES_URL")
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),
-]
+pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL", with_default=True)
 
 BASE = "/admin/millrace/"
 API = f"{BASE}api/v1"
