@@ -18,7 +18,7 @@ from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage, configuration_problems
 from millrace_django.storage.orm.rows import job_row
 from millrace_django.storage.orm.transactions import InsertConflict, Transactions
-from millrace_django.storage.orm.vendors import SQLite, Vendor, vendor_for
+from millrace_django.storage.orm.vendors import MariaDB, SQLite, Vendor, vendor_for
 
 ALIASES = [alias for alias in ("default", "postgres", "mariadb") if alias in settings.DATABASES]
 pytestmark = pytest.mark.django_db(transaction=True, databases=ALIASES)
@@ -140,10 +140,19 @@ def test_a_statement_running_past_the_timeout_is_cancelled(alias: str) -> None:
         tx.read(slow)
 
 
-def test_sqlite_refuses_deferred_transactions() -> None:
-    problems = SQLite().configuration_problems({"NAME": "db.sqlite3", "OPTIONS": {}})
+def test_sqlite_refuses_deferred_transactions_with_a_hint_that_says_what_to_set() -> None:
+    (problem,) = SQLite().configuration_problems({"NAME": "db.sqlite3", "OPTIONS": {}})
 
-    assert any("IMMEDIATE" in problem for problem in problems)
+    assert "IMMEDIATE" in problem.message
+    assert '"OPTIONS": {"transaction_mode": "IMMEDIATE"}' in problem.hint
+    assert ".md" not in problem.hint  # a pip-installed project has no docs folder
+
+
+def test_mariadb_refuses_another_isolation_level_with_a_hint_that_says_what_to_set() -> None:
+    (problem,) = MariaDB().configuration_problems({"OPTIONS": {"isolation_level": "serializable"}})
+
+    assert "serializable" in problem.message
+    assert '"isolation_level": "read committed"' in problem.hint
 
 
 def test_the_test_databases_are_configured_as_the_storage_needs() -> None:
@@ -157,3 +166,5 @@ def test_a_setting_the_storage_cannot_work_with_fails_the_system_checks(settings
     errors = [m for m in check_settings() if m.id == "millrace.E008"]
 
     assert errors and "USE_TZ" in errors[0].msg
+    assert errors[0].hint is not None and "USE_TZ = True" in errors[0].hint
+    assert ".md" not in errors[0].hint

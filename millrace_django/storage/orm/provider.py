@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from uuid import UUID
@@ -46,19 +47,24 @@ from millrace_django.storage.orm.transactions import (
     DEFAULT_STATEMENT_TIMEOUT,
     Transactions,
 )
-from millrace_django.storage.orm.vendors import Vendor, vendor_for
+from millrace_django.storage.orm.vendors import ConfigurationProblem, Vendor, vendor_for
 from millrace_django.storage.orm.workflows import OrmWorkflows
 
 
-def configuration_problems(alias: str) -> list[str]:
+def configuration_problems(alias: str) -> list[ConfigurationProblem]:
     """Why ``alias`` cannot host the storage as configured (empty when it can); shared
     with the system checks so a bad setting fails at start-up, not under load."""
     problems = []
     if not settings.USE_TZ:
-        problems.append("USE_TZ must be True: every instant the storage keeps is aware UTC")
+        problems.append(
+            ConfigurationProblem(
+                "USE_TZ must be True: every instant the storage keeps is aware UTC",
+                "Set USE_TZ = True in your settings (Django's default).",
+            )
+        )
     connection = connections[alias]
     problems += vendor_for(connection).configuration_problems(connection.settings_dict)
-    return [f"database {alias!r}: {problem}" for problem in problems]
+    return [replace(p, message=f"database {alias!r}: {p.message}") for p in problems]
 
 
 class DjangoStorage:
@@ -87,7 +93,7 @@ class DjangoStorage:
     ) -> None:
         problems = configuration_problems(alias)
         if problems:
-            raise ImproperlyConfigured("; ".join(problems))
+            raise ImproperlyConfigured("; ".join(problem.message for problem in problems))
         self.alias = alias
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.vendor: Vendor = vendor_for(connections[alias])

@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -32,6 +33,15 @@ from millrace_django.storage.orm.postgresql import (
 _SQLITE_PROGRESS_STEPS = 10_000
 _MARIADB_BOUNDED = ("SELECT", "INSERT", "UPDATE", "DELETE")
 _BINARY_COLLATION = "Latin1_General_100_BIN2"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigurationProblem:
+    """A database setting that would break the provider's guarantees, and what to set
+    instead (said in full: a pip-installed project has no docs folder to point at)."""
+
+    message: str
+    hint: str
 
 
 class Vendor:
@@ -57,7 +67,7 @@ class Vendor:
         """The strategy for ``connection`` (most need nothing from it)."""
         return cls()
 
-    def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
+    def configuration_problems(self, settings: Mapping[str, Any]) -> list[ConfigurationProblem]:
         """Why this alias's settings would break the provider's guarantees, if they do."""
         return []
 
@@ -163,12 +173,18 @@ class SQLite(Vendor):
     block the writer. Lock waits are bounded by the busy timeout, statements by a
     progress handler."""
 
-    def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
+    def configuration_problems(self, settings: Mapping[str, Any]) -> list[ConfigurationProblem]:
         mode = settings.get("OPTIONS", {}).get("transaction_mode")
         if str(mode).upper() != "IMMEDIATE":
             return [
-                'OPTIONS["transaction_mode"] must be "IMMEDIATE": deferred transactions '
-                "deadlock when concurrent readers upgrade to writers"
+                ConfigurationProblem(
+                    'OPTIONS["transaction_mode"] must be "IMMEDIATE": deferred transactions '
+                    "deadlock when concurrent readers upgrade to writers",
+                    'In this database\'s DATABASES entry set "OPTIONS": {"transaction_mode": '
+                    '"IMMEDIATE"} (Django 5.1 or newer). Also recommended there: "timeout": '
+                    '30 and "init_command": "PRAGMA journal_mode=WAL; PRAGMA '
+                    'synchronous=NORMAL".',
+                )
             ]
         return []
 
@@ -200,12 +216,17 @@ class MariaDB(Vendor):
 
     current_time_sql = "SELECT UTC_TIMESTAMP(6)"
 
-    def configuration_problems(self, settings: Mapping[str, Any]) -> list[str]:
+    def configuration_problems(self, settings: Mapping[str, Any]) -> list[ConfigurationProblem]:
         isolation = settings.get("OPTIONS", {}).get("isolation_level", "read committed")
         if str(isolation).lower() != "read committed":
             return [
-                f'OPTIONS["isolation_level"] is {isolation!r}; Millrace needs "read committed" '
-                "so a replayed look-up sees rows committed meanwhile"
+                ConfigurationProblem(
+                    f'OPTIONS["isolation_level"] is {isolation!r}; Millrace needs '
+                    '"read committed" so a replayed look-up sees rows committed meanwhile',
+                    'In this database\'s DATABASES entry set "OPTIONS": {"isolation_level": '
+                    '"read committed"} (Django\'s default for MariaDB and MySQL), or leave '
+                    "isolation_level out.",
+                )
             ]
         return []
 
