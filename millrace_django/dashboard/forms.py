@@ -51,6 +51,8 @@ class Values(forms.Field):
         super().validate(value)
         if len(value) > MAX_BULK:
             raise ValidationError(f"Select at most {MAX_BULK} at once.")
+        if any("\x00" in item for item in value):
+            raise ValidationError("An id holds a NUL character (%00), which no id holds.")
 
 
 class _BulkForm(forms.Form):

@@ -87,3 +87,15 @@ def test_the_signal_form_refuses_a_payload_holding_a_nul_character(
     assert response.status_code == 400
     assert "U+0000" in response.content.decode()
     runner.assert_instance(world.waiting_instance, InstanceState.SUSPENDED)
+
+
+def test_a_bulk_trigger_selecting_an_id_with_a_nul_character_does_nothing_and_says_why(
+    operator: Client, world: World, runner: JobRunner
+):
+    before = len(runner.jobs())
+    response = operator.post(
+        f"{BASE}recurring/bulk/", {"ids": [world.recurring_id, "nightly\x00"]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "Nothing was done: ids: An id holds a NUL character" in response.content.decode()
+    assert len(runner.jobs()) == before
