@@ -5,51 +5,57 @@ loop) it ran on, and stops by itself when idle."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from millrace_django.contract import JobState
-from millrace_django.engine import JobClient
+from millrace_django.engine import JobClient, JobDefinition
 from millrace_django.runtime import RuntimeSettings
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.conftest import StartWorker
 from tests.unit.runtime.helpers import stored
 
+ON_A_THREAD = (jobs.interrupt, (jobs.record, "after"), "after")
+"""The raising job, the job queued after it and what that one returns, with one thread."""
+ON_THE_LOOP = (
+    jobs.async_interrupt,
+    (jobs.async_double, 21),
+    {"value": 42, "thread": "millrace-asyncio"},
+)
+"""The same with one slot on the event loop."""
 
-@pytest.mark.parametrize("kind", ["KeyboardInterrupt", "SystemExit", "GeneratorExit"])
-def test_a_job_raising_a_base_exception_fails_its_attempt_and_its_thread_runs_the_next(
+
+@pytest.mark.parametrize(
+    ("kind", "case"),
+    [
+        ("KeyboardInterrupt", ON_A_THREAD),
+        ("SystemExit", ON_A_THREAD),
+        ("GeneratorExit", ON_A_THREAD),
+        ("KeyboardInterrupt", ON_THE_LOOP),
+        ("SystemExit", ON_THE_LOOP),
+        ("CancelledError", ON_THE_LOOP),
+    ],
+    ids=lambda value: (
+        value if isinstance(value, str) else "thread" if value is ON_A_THREAD else "loop"
+    ),
+)
+def test_a_job_raising_a_base_exception_fails_and_the_worker_runs_the_next_and_stops(
     kind: str,
+    case: tuple[JobDefinition[..., Any], tuple[JobDefinition[..., Any], Any], Any],
     client: JobClient,
     storage: MemoryStorage,
     settings: RuntimeSettings,
     start_worker: StartWorker,
 ) -> None:
-    raising = jobs.interrupt.enqueue(kind)
-    following = jobs.record.enqueue("after")
-    worker = start_worker(config=replace(settings, concurrency=1), until_idle=True)
-    worker.join()  # stopped by itself: nothing claimable, nothing in flight
+    raising_job, (next_job, argument), next_result = case
+    raising = raising_job.enqueue(kind)
+    following = next_job.enqueue(argument)
+    config = replace(settings, concurrency=1, async_concurrency=1)
+    start_worker(config=config, until_idle=True).join()  # stopped by itself when idle
 
     failed = stored(storage, raising)
-    assert (failed.state, failed.failures) == (JobState.FAILED, 1)  # a retry waits
+    assert (failed.state, failed.failures) == (JobState.FAILED, 1)  # its retry waits
     assert f"{kind}: {kind} raised by the job" in (failed.last_error or "")
-    assert stored(storage, following).state is JobState.SUCCEEDED  # on the same thread
-
-
-@pytest.mark.parametrize("kind", ["KeyboardInterrupt", "SystemExit", "CancelledError"])
-def test_an_async_job_raising_a_base_exception_fails_and_the_event_loop_runs_the_next(
-    kind: str,
-    client: JobClient,
-    storage: MemoryStorage,
-    settings: RuntimeSettings,
-    start_worker: StartWorker,
-) -> None:
-    raising = jobs.async_interrupt.enqueue(kind)
-    following = jobs.async_double.enqueue(21)
-    worker = start_worker(config=replace(settings, async_concurrency=1), until_idle=True)
-    worker.join()
-
-    failed = stored(storage, raising)
-    assert (failed.state, failed.failures) == (JobState.FAILED, 1)
-    assert f"{kind} raised by the job" in (failed.last_error or "")
-    assert stored(storage, following).result == {"value": 42, "thread": "millrace-asyncio"}
+    assert stored(storage, following).result == next_result  # on the same thread or loop
