@@ -28,7 +28,6 @@ from django.http import (
 )
 from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import Resolver404, resolve
-from django.views.decorators.common import no_append_slash
 from django.views.decorators.csrf import csrf_exempt
 
 from millrace_django.dashboard.authorization import Permission, authorized, require
@@ -98,7 +97,6 @@ def guarded(
 
 
 @csrf_exempt
-@no_append_slash
 def unknown(request: HttpRequest, rest: str) -> HttpResponse:
     """Every URL under the mount that no page answers: a 404. Catching them here keeps
     them from the admin's catch-all, which sends anonymous visitors to its login (and
