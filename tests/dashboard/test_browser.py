@@ -18,7 +18,9 @@ from django.contrib.auth.models import User
 from pytest_django.live_server_helper import LiveServer
 
 from millrace_django import job, tenant
+from millrace_django.clock import SystemClock
 from millrace_django.contract import JobState
+from millrace_django.runtime.registry import WorkerRegistration
 from millrace_django.testing import JobRunner
 from tests.dashboard.sample import World, runner_now, seed
 
@@ -81,10 +83,20 @@ def live_server(transactional_db: None) -> Iterator[LiveServer]:
 
 
 @pytest.fixture
-def live_world(transactional_db: None) -> Iterator[tuple[JobRunner, World]]:
+def live_world(transactional_db: None, settings) -> Iterator[tuple[JobRunner, World]]:
+    # Workers that beat every 30 s stay alive through a test (the demo's 1 s: gone in 3).
+    settings.MILLRACE = {**settings.MILLRACE, "HEARTBEAT": 30}
     runner = runner_now()
     with runner.installed():
         world = seed(runner)
+        for name, queues, held in (
+            ("web-1", ["default", "emails"], 3),
+            ("reports-1", ["reports"], 1),
+        ):
+            registration = WorkerRegistration(  # seen now by the live server's clock
+                runner.storage, SystemClock(), worker_id=name, queues=queues, concurrency=4
+            )
+            runner.storage.record_worker_heartbeat(registration.heartbeat(held))
         User.objects.create_superuser("ops", "ops@example.com", "correct horse")
         yield runner, world
 
@@ -124,6 +136,8 @@ def test_an_operator_finds_filters_opens_and_cancels_a_job(browser, live_server,
     assert driver.find_element(By.TAG_NAME, "h1").text == "Overview"
     dead = driver.find_element(By.CSS_SELECTOR, '[data-state="dead"] .mr-n').text
     assert dead == "2"
+    census = driver.find_element(By.ID, "mr-census").text
+    assert census == "2 alive, 4 jobs in flight of 8 slots"
     screenshot(driver, shots, "overview")
 
     driver.find_element(By.LINK_TEXT, "Jobs").click()
