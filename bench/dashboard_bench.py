@@ -78,13 +78,15 @@ SELECT
 FROM generate_series(1, %(count)s) AS n
 CROSS JOIN LATERAL (
     SELECT CASE
-        WHEN n %% 100 < 88 THEN 3   -- succeeded
-        WHEN n %% 100 < 92 THEN 5   -- dead
-        WHEN n %% 100 < 94 THEN 6   -- cancelled
-        WHEN n %% 100 < 96 THEN 1   -- enqueued
-        WHEN n %% 100 < 97 THEN 0   -- scheduled
-        WHEN n %% 100 < 98 THEN 4   -- failed, awaiting a retry
-        WHEN n %% 100 < 99 THEN 7   -- awaiting its parent
+        WHEN n <= %(finished)s THEN CASE
+            WHEN n %% 100 < 92 THEN 3   -- succeeded
+            WHEN n %% 100 < 97 THEN 5   -- dead
+            ELSE 6                     -- cancelled
+        END
+        WHEN n %% 20 < 10 THEN 1   -- enqueued
+        WHEN n %% 20 < 14 THEN 0   -- scheduled
+        WHEN n %% 20 < 16 THEN 4   -- failed, awaiting a retry
+        WHEN n %% 20 < 19 THEN 7   -- awaiting its parent
         ELSE 2                     -- processing
     END AS state
 ) AS s
@@ -100,12 +102,11 @@ SELECT
     (ARRAY['shop.flows:checkout', 'reports.flows:close_month'])[1 + n %% 2],
     1,
     CASE
-        WHEN n %% 100 < 80 THEN 2   -- completed
-        WHEN n %% 100 < 85 THEN 3   -- failed
-        WHEN n %% 100 < 88 THEN 4   -- compensated
-        WHEN n %% 100 < 90 THEN 5   -- cancelled
-        WHEN n %% 100 < 97 THEN 0   -- running
-        ELSE 1                     -- suspended
+        WHEN n > %(finished)s THEN CASE WHEN n %% 10 < 7 THEN 0 ELSE 1 END  -- running, suspended
+        WHEN n %% 100 < 85 THEN 2   -- completed
+        WHEN n %% 100 < 92 THEN 3   -- failed
+        WHEN n %% 100 < 96 THEN 4   -- compensated
+        ELSE 5                     -- cancelled
     END,
     NULL,
     NULL,
@@ -221,17 +222,23 @@ def indexes_built_after(cursor: Any, table: str) -> Iterator[None]:
         cursor.execute(definition)
 
 
-def seed(count: int) -> tuple[float, int]:
-    """Insert the rows and their tallies; the seconds it took, and the active rows."""
+def seed(count: int, active: int) -> tuple[float, int]:
+    """Insert ``count`` jobs, the newest ``active`` of them unfinished (and one workflow
+    instance per 20 jobs, the newest tenth of ``active`` unfinished), and their tallies;
+    the seconds it took, and the active rows."""
     from django.db import connection
 
     start = datetime.now(UTC) - timedelta(seconds=count * 0.5 + 3600)
+    instances = max(count // 20, 1)
     began = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '512MB'")
         with indexes_built_after(cursor, "millrace_job"):
-            cursor.execute(SEED_JOBS, {"start": start, "count": count})
-        cursor.execute(SEED_INSTANCES, {"start": start, "count": max(count // 20, 1)})
+            cursor.execute(SEED_JOBS, {"start": start, "count": count, "finished": count - active})
+        cursor.execute(
+            SEED_INSTANCES,
+            {"start": start, "count": instances, "finished": instances - active // 10},
+        )
         for statement in TALLIES:
             cursor.execute(statement)
     # Autovacuum would mark the pages all-visible (index-only scans) soon after; do it
@@ -368,14 +375,18 @@ def table(results: list[Measured], active: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--active", type=int, help="unfinished jobs, the newest (default: a tenth, at most 20,000)"
+    )
     parser.add_argument("--runs", type=int, default=7, help="requests timed per page")
     arguments = parser.parse_args()
+    unfinished = min(arguments.jobs // 10, 20_000) if arguments.active is None else arguments.active
     url, name = server_url(), f"millrace_dashboard_bench_{os.getpid()}"
     recreate(url, name, create=True)
     try:
         setup_django(url, name)
         print(f"seeding {arguments.jobs:,} jobs ...", flush=True)
-        took, active = seed(arguments.jobs)
+        took, active = seed(arguments.jobs, unfinished)
         print(f"seeded in {took:.1f} s; {active:,} active jobs and instances\n", flush=True)
         from django.contrib.auth.models import User
         from django.test import Client
