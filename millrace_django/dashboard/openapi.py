@@ -394,7 +394,12 @@ PATHS: Schema = {
         [
             _query("state", "any of these states", _ref("JobState"), repeat=True),
             _query("queue", "exact queue name", STRING),
-            _query("target", "text the target contains, in any letter case", STRING),
+            _query("target", "text the target starts with, letter case exact (indexed)", STRING),
+            _query(
+                "targetContains",
+                "text the target contains, in any letter case (reads every job unless indexed)",
+                STRING,
+            ),
             *TENANT,
             *CREATED,
             *PAGING,

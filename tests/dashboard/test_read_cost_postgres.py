@@ -10,7 +10,6 @@ Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI, wher
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from uuid import uuid4
 
@@ -21,15 +20,11 @@ from django.test import Client
 from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobTransition
 from millrace_django.engine.invocation import Invocation
 from millrace_django.testing import JobRunner
-from tests.conformance.django_harness import require_alias
+from tests.conformance.django_harness import server_marks
 from tests.dashboard.plans import StatementCost, statement_costs
-from tests.dashboard.sample import World, runner_now, seed
+from tests.dashboard.sample import World
 
-require_alias("postgres", "MILLRACE_TEST_POSTGRES_URL")
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True, databases=["default", "postgres"]),
-]
+pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL", with_default=True)
 
 BASE = "/admin/millrace/"
 API = f"{BASE}api/v1/"
@@ -71,16 +66,9 @@ PATHS = [
 
 
 @pytest.fixture
-def runner(settings) -> Iterator[JobRunner]:
-    settings.MILLRACE = {**settings.MILLRACE, "DATABASE": "postgres"}
-    runner = runner_now()
-    with runner.installed():
-        yield runner
-
-
-@pytest.fixture
-def world(runner: JobRunner) -> World:
-    return seed(runner)
+def runner(postgres_runner: JobRunner) -> JobRunner:
+    """The world (conftest.py) is seeded on PostgreSQL."""
+    return postgres_runner
 
 
 def finish_jobs(runner: JobRunner, count: int) -> None:
