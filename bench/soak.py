@@ -46,8 +46,8 @@ AUTOVACUUM = (
 )
 STORAGE_PARAMETERS: dict[str, dict[str, str]] = {
     "default": {},
-    "autovacuum": {"millrace_job": AUTOVACUUM},
-    "tuned": {"millrace_job": f"fillfactor = 50, {AUTOVACUUM}"},
+    "tuned": {"millrace_job": AUTOVACUUM},
+    "fillfactor-50": {"millrace_job": f"fillfactor = 50, {AUTOVACUUM}"},
 }
 """Per ``--storage-params`` choice, the storage parameters set on each table (``ALTER
 TABLE ... SET (...)``, right after migrating; a table the schema lacks is skipped).
@@ -516,10 +516,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--retention", type=float, default=120.0, help="MILLRACE RETENTION, seconds (120)"
     )
     parser.add_argument(
-        "--producers", type=int, default=2, help="producer processes, sharing the rate (2)"
+        "--producers", type=int, default=3, help="producer processes, sharing the rate (3)"
     )
     parser.add_argument(
-        "--per-transaction", type=int, default=10, help="jobs per producer transaction (10)"
+        "--per-transaction", type=int, default=20, help="jobs per producer transaction (20)"
     )
     parser.add_argument(
         "--measure-jobs", type=int, default=20_000, help="backlog timed for the drain rate"
