@@ -105,6 +105,7 @@ class Acknowledger:
                 self._urgent = True
             if not self._lingering or not linger or len(pending) >= self._batch:
                 self._ready.notify()
+            self._retry_before_lease_ends(execution, transition)
             late = self._stopped
         if late:
             with self._around_turn():
@@ -162,8 +163,9 @@ class Acknowledger:
                 if not self._pending:
                     self._stopped = True
                     return
-                if not self._closing:  # after a failure, pause (unless closing)
-                    self._ready.wait_for(lambda: self._closing, self._retry_at - time.monotonic())
+                # After a failure, pause (unless closing; a submission may shorten it).
+                while not self._closing and (pause := self._retry_at - time.monotonic()) > 0:
+                    self._ready.wait(pause)
                 if not self._ready_to_write():
                     self._lingering = True
                     self._ready.wait_for(self._ready_to_write, LINGER)
@@ -175,6 +177,23 @@ class Acknowledger:
             except Exception:  # the hooks failed; keep the queue and try again shortly
                 logger.exception("acknowledgement turn failed; retrying")
                 time.sleep(FIRST_RETRY)
+
+    def _retry_before_lease_ends(
+        self, execution: Execution, transition: JobTransition | None
+    ) -> None:
+        """Bring the pause after a failure forward to the end of ``execution``'s lease
+        (lock held): the pause was sized by the leases of the transitions queued then,
+        and one submitted meanwhile must still be tried, and given up, within its own."""
+        now = time.monotonic()
+        if self._retry_at <= now:
+            return  # no pause pending (the usual case: nothing more to do per job)
+        lease_until = execution.lease_until
+        if transition is None or transition.unstarted or lease_until is None:
+            return
+        ends = now + max(0.0, (lease_until - self._clock.now()).total_seconds())
+        if ends < self._retry_at:
+            self._retry_at = ends
+            self._ready.notify()
 
     def _ready_to_write(self) -> bool:
         """Whether the pending batch goes out now; lock held."""

@@ -123,6 +123,27 @@ def test_a_completion_retried_after_the_storage_came_back_is_written_once(
     assert stored(storage, execution.job.id).state is JobState.SUCCEEDED
 
 
+def test_a_completion_submitted_during_a_retry_pause_is_tried_within_its_own_lease(
+    storage: FailingStorage, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(acks, "FIRST_RETRY", 60.0)  # the pause is then the lease's end
+    monkeypatch.setattr(acks, "LONGEST_RETRY", 60.0)
+    first, second = claimed(storage, clock, 2)
+    results: list[Result] = []
+    acknowledger = writer(storage, clock, results, [])
+    try:
+        acknowledger.submit(first, succeeded(first, clock))
+        wait_until(lambda: storage.calls == 1, "the first try")  # next one in 30 s
+        second.lease_until = clock.now() + timedelta(milliseconds=100)  # nearly over
+        acknowledger.submit(second, succeeded(second, clock))
+        wait_until(lambda: storage.calls >= 2, "a try before the second's lease ends", 2.0)
+        clock.advance(timedelta(seconds=1))
+        wait_until(lambda: results, "the second to be given up at its lease's end", 2.0)
+    finally:
+        acknowledger.close()
+    assert isinstance(results[0], StorageError) and "end of its lease" in str(results[0])
+
+
 def test_the_heartbeat_renews_a_finished_job_awaiting_its_write_for_one_lease_only(
     storage: FailingStorage, clock: FakeClock
 ) -> None:
