@@ -252,6 +252,8 @@ class Recurring(models.Model):
 
     class Meta:
         db_table = "millrace_recurring"
+        verbose_name = "recurring job"
+        verbose_name_plural = "recurring jobs"
         indexes = [models.Index(name="millrace_recurring_due", fields=["next_fire_time", "id"])]
 
     def __str__(self) -> str:

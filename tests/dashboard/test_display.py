@@ -230,3 +230,10 @@ class TestThroughput:
     def test_a_tenant_filter_says_the_chart_counts_every_tenant(self, operator, world):
         scope = section(html(operator, "overview", query="?tenant=acme"), "mr-throughput-scope")
         assert "the tenant filter does not apply to this chart" in scope.split("</p>")[0]
+
+
+class TestAdmin:
+    def test_the_admin_index_names_the_recurring_jobs(self, operator, world):
+        index = operator.get("/admin/").content.decode()
+        assert ">Recurring jobs</a>" in index
+        assert "Recurrings" not in index
