@@ -315,6 +315,10 @@ class JobRunner:
             transition, result = remerge(self.storage, job, context, transition, conflict)
         if isinstance(result, StorageError):
             raise result
+        if isinstance(outcome.error, KeyboardInterrupt):
+            # Recorded as the job's failure, as a worker would; but this is the test's
+            # own thread, where Ctrl-C lands: let whoever pressed it stop the run.
+            raise outcome.error
         if not result:
             return
         if transition.target is JobState.DEAD and throw_on_failure:

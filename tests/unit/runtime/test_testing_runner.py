@@ -60,6 +60,16 @@ def test_a_dead_job_raises_with_the_job_and_the_original_exception(runner: JobRu
     assert isinstance(raised.value.__cause__, RuntimeError)
 
 
+def test_a_keyboard_interrupt_is_recorded_as_the_jobs_failure_then_stops_the_run(
+    runner: JobRunner,
+) -> None:
+    job_id = jobs.interrupt.enqueue("KeyboardInterrupt")
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_until_idle()
+    failed = runner.assert_state(job_id, JobState.FAILED)
+    assert "KeyboardInterrupt: KeyboardInterrupt raised by the job" in (failed.last_error or "")
+
+
 def test_without_throwing_a_dead_job_lets_its_failure_observer_run(runner: JobRunner) -> None:
     job_id = jobs.explode.enqueue("boom")
     assert runner.run_until_idle(throw_on_failure=False) == 2
