@@ -46,10 +46,15 @@ def other_sessions() -> int:
     return int(count)
 
 
-def test_repeated_until_idle_runs_leave_no_database_session_behind() -> None:
+@pytest.mark.parametrize("max_age", [0, 600], ids=["conn-max-age-0", "conn-max-age-600"])
+def test_repeated_until_idle_runs_leave_no_database_session_behind(
+    max_age: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a positive CONN_MAX_AGE, job threads keep their connection between jobs.
+    monkeypatch.setitem(connections.settings[ALIAS], "CONN_MAX_AGE", max_age)
     before = other_sessions()
-    for run in range(RUNS):
-        command_jobs.record.enqueue(f"run-{run}")
+    for _ in range(RUNS):
+        command_jobs.touch_database.enqueue(ALIAS)
         call_command("millrace_worker", "--until-idle", stdout=io.StringIO(), stderr=io.StringIO())
     assert len(command_jobs.ran) == RUNS
     assert other_sessions() == before

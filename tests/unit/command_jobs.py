@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from django.db import connections
+
 from millrace_django import JobContext, Retry, job
 
 ran: list[str] = []
@@ -36,3 +38,10 @@ def fails_once(label: str, context: JobContext) -> str:
     if context.attempt == 1:
         raise RuntimeError("the first attempt fails")
     return label
+
+
+@job
+def touch_database(alias: str) -> None:
+    """Opens the job thread's connection to ``alias`` (Django's rules close it, or not)."""
+    connections[alias].ensure_connection()
+    ran.append(alias)
