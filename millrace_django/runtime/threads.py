@@ -36,7 +36,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from contextlib import nullcontext
 from typing import Any
 
-from millrace_django.runtime.hooks import Scope, daemon_thread
+from millrace_django.runtime.hooks import Scope
 from millrace_django.runtime.inflight import Execution
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,8 @@ class JobPool(_Backlog):
         """The claim loop waits here for room to claim."""
         self._watch = threading.Condition(self._lock)
         """The stall watch waits here while the queue is empty."""
+        self._gone = threading.Condition(self._lock)
+        """:meth:`close` waits here for the counted threads to leave."""
         self._room_needed: int | None = None
         """While the claim loop waits: the ``free - queued`` that wakes it."""
         self._threads = 0
@@ -226,11 +228,15 @@ class JobPool(_Backlog):
             self._add_workers(self._wanted() - self._active())
 
     def close(self) -> None:
-        """Let idle threads exit; busy ones exit after their current execution."""
+        """Let idle threads exit, busy ones after their current execution, and wait up
+        to :data:`JOIN_TIMEOUT` for them to be gone (each closes its connections as it
+        goes, see ``around_thread``). An abandoned thread, stuck in its handler, is not
+        waited for."""
         with self._lock:
             self._closing = True
             self._work.notify_all()
             self._watch.notify()
+            self._gone.wait_for(lambda: self._threads == 0, JOIN_TIMEOUT)
 
     # -- internals (lock held) ------------------------------------------------------------
 
@@ -288,8 +294,8 @@ class JobPool(_Backlog):
         start = min(count - max(wake, 0), self.size - self._threads)
         for _ in range(start):
             self._numbered += 1
-            thread = daemon_thread(
-                self._serve, f"{self._name}-{self._numbered}", self._around_thread
+            thread = threading.Thread(
+                target=self._live, name=f"{self._name}-{self._numbered}", daemon=True
             )
             self._threads += 1
             self._starting += 1
@@ -301,7 +307,20 @@ class JobPool(_Backlog):
                 logger.exception("cannot start job thread %s", thread.name)
                 return
 
-    def _serve(self) -> None:
+    def _live(self) -> None:
+        """A job thread's whole life: serve inside the host's ``around_thread`` scope,
+        then, unless it was abandoned (no longer counted), leave the count, so that
+        :meth:`close` returns once its connections are closed."""
+        with self._around_thread():
+            counted = self._serve()
+        if counted:
+            with self._lock:
+                self._threads -= 1
+                self._gone.notify_all()
+
+    def _serve(self) -> bool:
+        """Run queued executions until closed (``True``: still counted) or abandoned
+        (``False``: its replacement took its place in the count)."""
         lock, queue, run = self._lock, self._queue, self._run
         ident = threading.get_ident()
         spent: float | None = None  # how long the previous execution took...
@@ -317,7 +336,7 @@ class JobPool(_Backlog):
                 if spent is not None:
                     self._finished(ident, spent, cpu, keep, counts=runs > 1)
                     if not keep:
-                        return
+                        return False
                     # Enough other threads are on the queue: sleep rather than add
                     # one more to the contention for the interpreter lock.
                     wanted = self._wanted()
@@ -325,8 +344,7 @@ class JobPool(_Backlog):
                     park = park and wanted < self._active()
                 while park or not queue or self._holding:
                     if self._closing:
-                        self._threads -= 1
-                        return
+                        return True
                     park, wanted = False, None
                     self._idle += 1
                     self._work.wait()
