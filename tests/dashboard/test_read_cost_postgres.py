@@ -149,3 +149,26 @@ def test_no_page_reads_more_rows_when_finished_jobs_pile_up(
     pprint.pprint({path: rows for path, rows in grown.items() if rows}, width=200)
     assert {path: rows for path, rows in grown.items() if rows} == {}
     assert all(few[path] for path in PATHS), "every path ran at least one SELECT"
+
+
+def test_counts_of_unfinished_jobs_and_instances_read_index_entries_alone(
+    operator: Client, world: World
+):
+    """The counts per unfinished state are index-only scans: no visit to a row's heap
+    page per job counted, which is what a backlog of tens of thousands costs. (Plain
+    and bitmap scans are switched off, so the small table cannot hide the plan.)"""
+    connection = connections["postgres"]
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")  # index-only scans read the visibility map
+        cursor.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+    try:
+        measured = statement_costs("postgres", lambda: operator.get(f"{API}statistics"))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET enable_seqscan; RESET enable_bitmapscan")
+    counts = [cost for cost in measured if "UNION ALL" in cost.sql and "COUNT(" in cost.sql]
+    assert [cost.sql.split(" FROM ")[1].split()[0] for cost in counts] == [
+        '"millrace_job"',
+        '"millrace_workflow_instance"',
+    ]
+    assert [cost.widest_node.split(" millrace_")[0] for cost in counts] == ["Index Only Scan"] * 2
