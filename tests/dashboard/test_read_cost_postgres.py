@@ -144,9 +144,6 @@ def test_no_page_reads_more_rows_when_finished_jobs_pile_up(
         ]
         for path in PATHS
     }
-    import pprint
-
-    pprint.pprint({path: rows for path, rows in grown.items() if rows}, width=200)
     assert {path: rows for path, rows in grown.items() if rows} == {}
     assert all(few[path] for path in PATHS), "every path ran at least one SELECT"
 
