@@ -9,7 +9,13 @@ from uuid import UUID
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
-from millrace_django.conformance.support import enqueue, ids_of, job_in_state
+from millrace_django.conformance.support import (
+    claim,
+    enqueue,
+    ids_of,
+    job_in_state,
+    transition,
+)
 from millrace_django.contract import (
     THROUGHPUT_MINUTES_CAP,
     Invocation,
@@ -58,6 +64,36 @@ class ThroughputFacts(FactGroup):
             ThroughputPoint(minute=start, succeeded=2, failed=1),
             ThroughputPoint(minute=start + timedelta(minutes=1), succeeded=0, failed=0),
             ThroughputPoint(minute=start + timedelta(minutes=2), succeeded=1, failed=0),
+        ]
+
+    def test_successes_acknowledged_together_are_counted_and_purging_them_uncounts_them(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Successes acknowledged together (the hot path) are counted in the minute each
+        finished in, and purging them takes them off again."""
+        start = _start(clock)
+        clock.set(start)
+        for _ in range(3):
+            enqueue(store, clock, queue="together")
+        jobs = claim(store, queues=["together"], max_count=3)
+        finished = [start + timedelta(seconds=s) for s in (5, 50, 70)]
+        acknowledged = store.jobs.apply_many(
+            [
+                transition(job, JobState.SUCCEEDED, finished_at=at)
+                for job, at in zip(jobs, finished, strict=True)
+            ]
+        )
+        assert acknowledged == [True] * 3
+        window = (start, start + timedelta(minutes=2))
+
+        assert store.monitoring.get_throughput(*window) == [
+            ThroughputPoint(minute=start, succeeded=2, failed=0),
+            ThroughputPoint(minute=start + timedelta(minutes=1), succeeded=1, failed=0),
+        ]
+        assert store.jobs.purge_finished(start + timedelta(minutes=5), 10) == 3
+        assert [(p.succeeded, p.failed) for p in store.monitoring.get_throughput(*window)] == [
+            (0, 0),
+            (0, 0),
         ]
 
     def test_an_empty_or_inverted_window_has_no_points(

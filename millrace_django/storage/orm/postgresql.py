@@ -40,6 +40,7 @@ from millrace_django.errors import DuplicateJobId
 from millrace_django.models import (
     JOB_STATE_CODES,
     AttemptOutcomeCode,
+    FinishedMinute,
     Job,
     JobAttempt,
     PausedQueue,
@@ -74,6 +75,7 @@ _JOBS = _q(Job._meta.db_table)
 _ATTEMPTS = _q(JobAttempt._meta.db_table)
 _PAUSED = _q(PausedQueue._meta.db_table)
 _TALLIES = _q(Tally._meta.db_table)
+_MINUTES = _q(FinishedMinute._meta.db_table)
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
@@ -372,7 +374,8 @@ _CLAIM_QUEUES = _Statement(
 # reads every in-flight row once per transition, cost that grows with the batch times
 # the rows in flight. A row that moved answers its transition's position in the batch
 # (1-based), cheaper to read back than its uuid. The same statement appends the batch's
-# tally rows (one per queue, target and tenant it ended; see tallies.py).
+# tally rows (one per queue, target and tenant it ended) and its per-minute rows (one per
+# UTC minute its jobs finished in): see tallies.py.
 _COMPLETE = _Statement(
     "complete",
     f"""
@@ -385,11 +388,15 @@ WITH done AS (
          WITH ORDINALITY AS t (uuid, worker_id, attempt, failures, finished_at, result, n)
     WHERE j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
       AND j.state = t.attempt * 0 + {Code.PROCESSING}
-    RETURNING t.n, j.queue, j.target, j.tenant_id
+    RETURNING t.n, j.queue, j.target, j.tenant_id,
+        date_trunc('minute', t.finished_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS minute
 ), tallied AS (
     INSERT INTO {_TALLIES} (subject, state, queue, target, tenant_id, n)
     SELECT {TallySubject.JOB}, {Code.SUCCEEDED}, queue, target, tenant_id, count(*)
     FROM done GROUP BY queue, target, tenant_id
+), per_minute AS (
+    INSERT INTO {_MINUTES} (minute, state, n)
+    SELECT minute, {Code.SUCCEEDED}, count(*) FROM done GROUP BY minute
 )
 SELECT n FROM done""",
     {
