@@ -2,13 +2,14 @@
 over millions of jobs on PostgreSQL.
 
 Creates its own database on the server named by ``MILLRACE_TEST_POSTGRES_URL``, migrates
-it, inserts ``--jobs`` job rows in one ``INSERT ... SELECT generate_series`` (a realistic
-mix: mostly finished, some failed, dead, waiting and running, three queues, a tenant) and
-one workflow instance per 20 jobs, writes the maintained tallies of what those rows
-finished (as migration 0007 does for rows it finds), vacuums, then requests each page and
-endpoint through Django's test client (the whole request: URL routing, authorization,
-read model, template). Per page it prints the median time of ``--runs`` requests and each
-SELECT's rows read and widest plan node, from ``EXPLAIN ANALYZE`` (tests/dashboard/plans.py).
+it, inserts ``--jobs`` job rows in one ``INSERT ... SELECT generate_series`` (three
+queues, a tenant; the newest ``--active`` unfinished, as a backlog of minutes is, the
+rest succeeded, dead or cancelled) and one workflow instance per 20 jobs, writes the
+maintained tallies of what those rows finished (as migration 0007 does for rows it
+finds), vacuums, then requests each page and endpoint through Django's test client (the
+whole request: URL routing, authorization, read model, template). Per page it prints the
+median time of ``--runs`` requests and each SELECT's rows read and widest plan node, from
+``EXPLAIN ANALYZE`` (tests/dashboard/plans.py).
 
 A page meets its target when its median is at most 100 ms and no plan node reads more
 than ``FACTOR`` pages (page size + 1) plus the active rows (unfinished jobs and workflow
