@@ -319,9 +319,13 @@ def measure(client: Any, label: str, path: str, page_size: int, runs: int) -> Me
 def describe_machine() -> list[str]:
     from django.db import connection
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", *arguments], cwd=REPO, capture_output=True, text=True).stdout
+
+    commit = git("rev-parse", "--short", "HEAD").strip()
+    changed = len(git("status", "--porcelain", "--", "millrace_django").splitlines())
+    if changed:  # the code measured is not the commit's: say so
+        commit += f" with {changed} files of millrace_django/ changed"
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         (version,) = cursor.fetchone()
@@ -394,13 +398,13 @@ def main() -> None:
 
         client = Client()
         client.force_login(User.objects.create_superuser("bench", "b@example.com", "x"))
-        load_before = loadavg()
+        load_before, machine = loadavg(), describe_machine()  # as the pages are read
         results = []
         for label, (path, page_size) in pages(client).items():
             results.append(measure(client, label, path, page_size, arguments.runs))
             report(results[-1], active)
         print(f"\n{arguments.jobs:,} jobs, {active:,} active jobs and instances")
-        for line in describe_machine():
+        for line in machine:
             print(line)
         print(f"load average (1/5/15 min): {load_before} before, {loadavg()} after")
         print(
