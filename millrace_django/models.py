@@ -168,25 +168,21 @@ class Job(models.Model):
                 condition=Q(state__in=_LISTED_BY_STATE),
                 lead=[],
             ),
-            # The job list's narrow filters over finished jobs, each read newest first
-            # within one state. Only finished rows have entries (one, written when the
-            # job ends): active jobs are few and found through the indexes above.
+            # The job list's narrow filters over finished jobs, read newest first within
+            # one group (a queue and target, found in the tallies) or one tenant, and one
+            # state. Only finished rows have entries (one, written when the job ends;
+            # untenanted jobs none in the second): active jobs are found through the
+            # indexes above.
             PartialIndex(
-                name="millrace_job_finished_queue",
-                fields=["queue", "state", "-created_at", "-uuid"],
-                condition=Q(state__in=_TERMINAL),
-                lead=[],
-            ),
-            PartialIndex(
-                name="millrace_job_finished_target",
-                fields=["target", "state", "-created_at", "-uuid"],
+                name="millrace_job_finished_group",
+                fields=["queue", "target", "state", "-created_at", "-uuid"],
                 condition=Q(state__in=_TERMINAL),
                 lead=[],
             ),
             PartialIndex(
                 name="millrace_job_finished_tenant",
                 fields=["tenant_id", "state", "-created_at", "-uuid"],
-                condition=Q(state__in=_TERMINAL),
+                condition=Q(state__in=_TERMINAL, tenant_id__isnull=False),
                 lead=[],
             ),
         ]
@@ -260,6 +256,10 @@ class Recurring(models.Model):
         return f"{self.id} ({self.cron})"
 
 
+_UNFINISHED_INSTANCES = [InstanceStateCode.RUNNING.value, InstanceStateCode.SUSPENDED.value]
+"""Counted per state (and tenant) through ``millrace_instance_unfinished`` alone."""
+
+
 class WorkflowInstance(models.Model):
     """A workflow instance; ``revision`` is its checkpoint counter and fence."""
 
@@ -279,6 +279,12 @@ class WorkflowInstance(models.Model):
         indexes = [
             models.Index(name="millrace_instance_monitor", fields=["-created_at", "-id"]),
             models.Index(name="millrace_instance_state", fields=["state", "-created_at", "-id"]),
+            PartialIndex(
+                name="millrace_instance_unfinished",
+                fields=["state", "tenant_id"],
+                condition=Q(state__in=_UNFINISHED_INSTANCES),
+                lead=[],
+            ),
             PartialIndex(
                 name="millrace_instance_tenant",
                 fields=["tenant_id", "-created_at", "-id"],

@@ -110,24 +110,15 @@ class Migration(migrations.Migration):
             model_name="job",
             index=millrace_django.dbschema.PartialIndex(
                 condition=models.Q(("state__in", [3, 5, 6])),
-                fields=["queue", "state", "-created_at", "-uuid"],
+                fields=["queue", "target", "state", "-created_at", "-uuid"],
                 lead=[],
-                name="millrace_job_finished_queue",
+                name="millrace_job_finished_group",
             ),
         ),
         migrations.AddIndex(
             model_name="job",
             index=millrace_django.dbschema.PartialIndex(
-                condition=models.Q(("state__in", [3, 5, 6])),
-                fields=["target", "state", "-created_at", "-uuid"],
-                lead=[],
-                name="millrace_job_finished_target",
-            ),
-        ),
-        migrations.AddIndex(
-            model_name="job",
-            index=millrace_django.dbschema.PartialIndex(
-                condition=models.Q(("state__in", [3, 5, 6])),
+                condition=models.Q(("state__in", [3, 5, 6]), ("tenant_id__isnull", False)),
                 fields=["tenant_id", "state", "-created_at", "-uuid"],
                 lead=[],
                 name="millrace_job_finished_tenant",
@@ -146,6 +137,15 @@ class Migration(migrations.Migration):
                 fields=["tenant_id", "-created_at", "-id"],
                 lead=[],
                 name="millrace_instance_tenant",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="workflowinstance",
+            index=millrace_django.dbschema.PartialIndex(
+                condition=models.Q(("state__in", [0, 1])),
+                fields=["state", "tenant_id"],
+                lead=[],
+                name="millrace_instance_unfinished",
             ),
         ),
         migrations.CreateModel(

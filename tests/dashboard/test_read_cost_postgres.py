@@ -10,6 +10,7 @@ Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI, wher
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from uuid import uuid4
 
@@ -17,7 +18,14 @@ import pytest
 from django.db import connections
 from django.test import Client
 
-from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobTransition
+from millrace_django.conformance.support import make_instance
+from millrace_django.contract import (
+    ClaimRequest,
+    InstanceState,
+    JobRecord,
+    JobState,
+    JobTransition,
+)
 from millrace_django.engine.invocation import Invocation
 from millrace_django.testing import JobRunner
 from tests.conformance.django_harness import server_marks
@@ -73,7 +81,8 @@ def runner(postgres_runner: JobRunner) -> JobRunner:
 
 def finish_jobs(runner: JobRunner, count: int) -> None:
     """Store ``count`` jobs that ran and succeeded, in batches, as workers would: in three
-    queues, every tenth of tenant ``acme``."""
+    queues, every tenth of tenant ``acme``; and a completed workflow instance per five
+    jobs, every other one of ``acme``."""
     storage, clock = runner.storage, runner.clock
     for start in range(0, count, BATCH):
         size = min(BATCH, count - start)
@@ -108,6 +117,10 @@ def finish_jobs(runner: JobRunner, count: int) -> None:
             ]
         )
         assert done == [True] * size
+        for n in range(size // 5):
+            instance = make_instance(clock, tenant_id="acme" if n % 2 == 0 else None)
+            storage.create_instance(instance)
+            storage.update_instance(replace(instance, state=InstanceState.COMPLETED), 1)
         clock.advance(timedelta(seconds=1))
 
 

@@ -26,6 +26,7 @@ from millrace_django.contract import (
     CONTINUATION_CAP,
     LOG_LINE_CAP,
     TERMINAL_INSTANCE_STATES,
+    TERMINAL_JOB_STATES,
     InstanceQuery,
     InstanceState,
     InstanceSummary,
@@ -75,6 +76,10 @@ if TYPE_CHECKING:
     from millrace_django.storage.orm.vendors import Vendor
 
 _ACTIVE_JOBS = job_codes(ACTIVE_JOB_STATES)
+_FINISHED_JOBS = frozenset(job_codes(TERMINAL_JOB_STATES))
+GROUP_HEADS = 16
+"""Groups (queue and target) a filtered job list reads one by one at most, per
+finished state."""
 _ACTIVE_INSTANCES = sorted(
     INSTANCE_STATE_CODES[s] for s in set(InstanceState) - TERMINAL_INSTANCE_STATES
 )
@@ -252,15 +257,52 @@ class OrmMonitoring:
         if needle:
             # Lowered on both sides: the same on every database, whatever the collation.
             rows = rows.alias(_lowered=Lower("target")).filter(_lowered__contains=needle.lower())
-        # One source per state: each is read newest first through an index (see
-        # models.Job), where all states at once have none to be read in that order.
         codes = sorted(JOB_STATE_CODES[state] for state in (query.states or JobState))
-        per_state = [rows.filter(state=code) for code in codes]
-        return self._ctx.tx.read(
-            lambda: _newest_first_page(
-                per_state, self._ctx.vendor, "uuid", query.cursor, query.limit, summarize_job
+
+        def read() -> Page[JobSummary]:
+            sources = self._job_sources(rows, codes, query)
+            return _newest_first_page(
+                sources, self._ctx.vendor, "uuid", query.cursor, query.limit, summarize_job
             )
+
+        return self._ctx.tx.read(read)
+
+    def _job_sources(
+        self, rows: QuerySet[Job], codes: Sequence[int], query: JobQuery
+    ) -> list[QuerySet[Job]]:
+        """What the list merges: one source per state, each read newest first through an
+        index (see models.Job), where all states at once have none to be read in that
+        order. A finished state narrowed by queue or target is read per group (queue and
+        target) of it that the tallies know, each a range of ``millrace_job_finished_group``:
+        a page at most, however rare the group. Past :data:`GROUP_HEADS` groups the
+        filter is broad, and the state is read whole (newest first, filtered)."""
+        finished = [code for code in codes if code in _FINISHED_JOBS]
+        narrowed = query.queue is not None or bool(query.target_prefix)
+        groups = self._finished_groups(query, finished) if finished and narrowed else None
+        sources: list[QuerySet[Job]] = []
+        for code in codes:
+            if groups is not None and code in _FINISHED_JOBS:
+                sources += [rows.filter(state=code, queue=q, target=t) for q, t in groups]
+            else:
+                sources.append(rows.filter(state=code))
+        return sources
+
+    def _finished_groups(
+        self, query: JobQuery, codes: Sequence[int]
+    ) -> list[tuple[str, str]] | None:
+        """The ``(queue, target)`` groups with finished jobs in ``codes`` that the
+        query's filters can match (from the tallies: every finished job is counted in
+        its group); ``None`` when there are more than :data:`GROUP_HEADS`."""
+        tallied = self._ctx.tallies().filter(
+            tenant_q(query.tenant), subject=TallySubject.JOB, state__in=codes
         )
+        if query.queue is not None:
+            tallied = tallied.filter(queue=query.queue)
+        if query.target_prefix:
+            tallied = tallied.filter(_starting_with("target", query.target_prefix))
+        groups = tallied.values_list("queue", "target").distinct().order_by()
+        found = [(queue, target) for queue, target in groups[: GROUP_HEADS + 1]]
+        return found if len(found) <= GROUP_HEADS else None
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         """One grouped read of the window's ``millrace_finished_minute`` rows: about one
