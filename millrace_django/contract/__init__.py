@@ -34,6 +34,7 @@ from millrace_django.contract.monitoring import (
     TenantScope,
     ThroughputPoint,
     clamp_limit,
+    floor_minute,
     throughput_window,
 )
 from millrace_django.contract.protocols import (
@@ -144,6 +145,7 @@ __all__ = [
     "decode_time_text",
     "encode_time_id",
     "encode_time_text",
+    "floor_minute",
     "oldest_kept_attempt",
     "outcome_of",
     "throughput_window",

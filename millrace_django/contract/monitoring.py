@@ -35,15 +35,16 @@ def clamp_limit(limit: int) -> int:
     return min(limit, MAX_PAGE_SIZE)
 
 
-def _floor_minute(instant: datetime) -> datetime:
+def floor_minute(instant: datetime) -> datetime:
+    """The UTC minute ``instant`` falls in (what throughput is counted per)."""
     return instant.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def throughput_window(since: datetime, until: datetime) -> list[datetime]:
     """The minutes a throughput read answers for ``(since, until)``: both floored to the
     minute, at most :data:`THROUGHPUT_MINUTES_CAP` of them (the newest), oldest first."""
-    end = _floor_minute(until)
-    start = max(_floor_minute(since), end - timedelta(minutes=THROUGHPUT_MINUTES_CAP))
+    end = floor_minute(until)
+    start = max(floor_minute(since), end - timedelta(minutes=THROUGHPUT_MINUTES_CAP))
     minutes = []
     while start < end:
         minutes.append(start)

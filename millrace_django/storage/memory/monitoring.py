@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -31,6 +31,7 @@ from millrace_django.contract import (
     decode_time_text,
     encode_time_id,
     encode_time_text,
+    floor_minute,
     throughput_window,
 )
 from millrace_django.storage.memory.store import MemoryJobStore
@@ -175,9 +176,9 @@ class MemoryMonitoring:
                 if at is None or not start <= at < end:
                     continue
                 if job.state is JobState.SUCCEEDED:
-                    counts[at.astimezone(UTC).replace(second=0, microsecond=0)][0] += 1
+                    counts[floor_minute(at)][0] += 1
                 elif job.state is JobState.DEAD:
-                    counts[at.astimezone(UTC).replace(second=0, microsecond=0)][1] += 1
+                    counts[floor_minute(at)][1] += 1
         return [
             ThroughputPoint(minute=minute, succeeded=ok, failed=dead)
             for minute, (ok, dead) in counts.items()

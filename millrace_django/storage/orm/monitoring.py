@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -47,6 +47,7 @@ from millrace_django.contract import (
     decode_time_text,
     encode_time_id,
     encode_time_text,
+    floor_minute,
     throughput_window,
 )
 from millrace_django.models import (
@@ -313,7 +314,7 @@ class OrmMonitoring:
         start, end = minutes[0], minutes[-1] + timedelta(minutes=1)
         counts = {minute: [0, 0] for minute in minutes}
         for minute, code, n in self._ctx.tx.read(lambda: tallies.per_minute(self._ctx, start, end)):
-            key = minute.astimezone(UTC).replace(second=0, microsecond=0)
+            key = floor_minute(minute)
             if key in counts and code == Code.SUCCEEDED:
                 counts[key][0] += n
             elif key in counts and code == Code.DEAD:

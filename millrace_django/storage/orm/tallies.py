@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet, Sum
 
-from millrace_django.contract import TERMINAL_INSTANCE_STATES, TenantFilter
+from millrace_django.contract import TERMINAL_INSTANCE_STATES, TenantFilter, floor_minute
 from millrace_django.models import INSTANCE_STATE_CODES, FinishedMinute, Tally, TallySubject
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
@@ -57,12 +57,8 @@ def jobs_ended(rows: Iterable[tuple[Any, ...]]) -> Counter[TallyKey | MinuteKey]
     for state, queue, target, tenant, finished_at in rows:
         changes[TallyKey(TallySubject.JOB, state, queue, target, tenant)] += 1
         if state in _PER_MINUTE:
-            changes[MinuteKey(_floor_minute(finished_at), state)] += 1
+            changes[MinuteKey(floor_minute(finished_at), state)] += 1
     return changes
-
-
-def _floor_minute(instant: datetime) -> datetime:
-    return instant.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def instance_ended(state: int, definition_id: str, tenant_id: str | None) -> Counter[TallyKey]:
