@@ -319,7 +319,7 @@ class Tally(models.Model):
     subject = models.PositiveSmallIntegerField(choices=TallySubject.choices)
     state = models.PositiveSmallIntegerField(help_text="JobStateCode or InstanceStateCode")
     queue = ExactCharField(max_length=200, help_text="The job's queue; blank for instances.")
-    target = models.CharField(
+    target = ExactCharField(
         max_length=500, help_text="The job's target, or the instance's definition id."
     )
     tenant_id = ExactCharField(max_length=200, null=True, blank=True)

@@ -90,7 +90,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "target",
-                    models.CharField(
+                    millrace_django.dbschema.ExactCharField(
                         help_text="The job's target, or the instance's definition id.",
                         max_length=500,
                     ),

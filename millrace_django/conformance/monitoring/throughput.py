@@ -159,11 +159,18 @@ class TargetSearchFacts(FactGroup):
         mail = enqueue(store, clock, invocation=Invocation(target="app.tasks:Send_Mail"))
         other = enqueue(store, clock, invocation=Invocation(target="app.tasks:resize"))
         elsewhere = enqueue(store, clock, invocation=Invocation(target="lib.app.tasks:x"))
+        lower = job_in_state(
+            store, clock, JobState.SUCCEEDED, invocation=Invocation(target="app.tasks:send_mail")
+        )
+        done = job_in_state(
+            store, clock, JobState.SUCCEEDED, invocation=Invocation(target="app.tasks:resize")
+        )
 
         def found(prefix: str) -> list[UUID]:
             return sorted(ids_of(store.monitoring.query_jobs(JobQuery(target_prefix=prefix))))
 
-        assert found("app.tasks:") == sorted([mail, other])
+        assert found("app.tasks:") == sorted([mail, other, lower, done])
         assert found("app.tasks:Send_Mail") == [mail]
-        assert found("app.tasks:send") == []
-        assert found("") == sorted([mail, other, elsewhere])
+        assert found("app.tasks:send") == [lower]
+        assert found("app.tasks;") == []
+        assert found("") == sorted([mail, other, elsewhere, lower, done])

@@ -13,13 +13,15 @@ for one another.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 
 from millrace_django.contract import TERMINAL_INSTANCE_STATES, TenantFilter, floor_minute
 from millrace_django.models import INSTANCE_STATE_CODES, FinishedMinute, Tally, TallySubject
@@ -117,36 +119,37 @@ def per_minute(ctx: OrmContext, start: datetime, end: datetime) -> list[tuple[da
 
 
 def fold(ctx: OrmContext, limit: int) -> int:
-    """Replace each group's rows, among the oldest ``limit`` of each table, by one row of
-    their sum (none when it is zero); returns how many rows went. The rows are locked
-    first, so two folders never both replace the same rows: the second skips what the
-    first deleted."""
+    """Replace the rows of up to ``limit`` groups of each table that have several by one
+    row of their sum (none when it is zero); returns how many rows went.
+    Groups are chosen by a grouped read, so a group of one row, however old, never
+    holds the others back. The chosen groups' rows are locked before they are summed, so
+    two folders never both replace the same rows: the second sums what is left."""
 
     def work() -> int:
-        tallied = ctx.tallies().values_list(
-            "id", "subject", "state", "queue", "target", "tenant_id", "n"
-        )
-        minutes = ctx.finished_minutes().values_list("id", "minute", "state", "n")
-        return _fold(ctx, tallied, TallyKey, limit) + _fold(ctx, minutes, MinuteKey, limit)
+        tallied = _fold(ctx, ctx.tallies(), _TALLY_FIELDS, TallyKey, limit)
+        return tallied + _fold(ctx, ctx.finished_minutes(), _MINUTE_FIELDS, MinuteKey, limit)
 
     return ctx.tx.write(work)
 
 
-def _fold(ctx: OrmContext, rows: QuerySet[Any], key: type[Any], limit: int) -> int:
-    """Fold the oldest ``limit`` of ``rows`` (``id``, the key's fields, ``n``), grouped
-    by ``key``; how many rows went."""
-    locked = list(rows.select_for_update().order_by("id")[:limit])
+_TALLY_FIELDS = ("subject", "state", "queue", "target", "tenant_id")
+_MINUTE_FIELDS = ("minute", "state")
+
+
+def _fold(
+    ctx: OrmContext, rows: QuerySet[Any], fields: tuple[str, ...], key: type[Any], limit: int
+) -> int:
+    """Fold up to ``limit`` groups of ``rows`` (grouped by ``fields``, which build
+    ``key``) that need it; how many rows went."""
+    due = rows.values_list(*fields).annotate(rows=Count("id")).filter(rows__gt=1).order_by()[:limit]
+    wanted = [Q(**dict(zip(fields, group, strict=True))) for *group, _ in due]
+    if not wanted:
+        return 0
+    locked = rows.select_for_update().filter(reduce(operator.or_, wanted)).order_by("id")
     groups: defaultdict[Any, list[tuple[int, int]]] = defaultdict(list)
-    for row_id, *fields, n in locked:
-        groups[key(*fields)].append((row_id, n))
-    gone: list[int] = []
-    sums: Counter[Any] = Counter()
-    for group, members in groups.items():
-        total = sum(n for _, n in members)
-        if len(members) > 1 or total == 0:
-            gone.extend(row_id for row_id, _ in members)
-            sums[group] = total
-    if gone:
-        rows.model.objects.using(ctx.alias).filter(id__in=gone).delete()
-        record(ctx.alias, sums)
+    for row_id, *values, n in locked.values_list("id", *fields, "n"):
+        groups[key(*values)].append((row_id, n))
+    gone = [row_id for members in groups.values() for row_id, _ in members]
+    rows.filter(id__in=gone).delete()
+    record(ctx.alias, Counter({group: sum(n for _, n in m) for group, m in groups.items()}))
     return len(gone)
