@@ -24,7 +24,7 @@ from millrace_django.contract import (
     WorkflowCheckpoint,
 )
 from millrace_django.engine.errors import JobCancelled
-from millrace_django.engine.jsonvalues import json_problem
+from millrace_django.engine.jsonvalues import json_problem, storable_text
 
 type Progress = float | dict[str, JSON]
 
@@ -168,7 +168,7 @@ class JobContext:
 
     def log(self, message: str) -> None:
         """Append a line to the job's log, stamped with the engine's clock."""
-        line = LogLine(self._clock.now(), str(message))
+        line = LogLine(self._clock.now(), storable_text(str(message)))
         with self._lock:
             self._logs.append(line)
 

@@ -108,3 +108,9 @@ def _json_base(value: object) -> str:
 
 def _at(where: str, problem: str) -> str:
     return f"{problem} (at {where})" if where else problem
+
+
+def storable_text(text: str) -> str:
+    """``text`` with each NUL character written ``\\x00``: a job's own text (its error,
+    its log lines) may echo binary input, and PostgreSQL refuses NUL in any text."""
+    return text.replace("\x00", "\\x00")

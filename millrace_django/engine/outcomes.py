@@ -28,7 +28,7 @@ from millrace_django.engine.config import EngineConfig
 from millrace_django.engine.context import CancelReason, SideEffects
 from millrace_django.engine.errors import JobTimedOut
 from millrace_django.engine.invocation import find
-from millrace_django.engine.jsonvalues import json_problem
+from millrace_django.engine.jsonvalues import json_problem, storable_text
 from millrace_django.engine.registry import JobDefinition, JobOptions
 from millrace_django.engine.retry import next_delay
 from millrace_django.engine.tracebacks import job_traceback
@@ -269,10 +269,10 @@ def failure_observer_jobs(
 def error_text(error: BaseException, traceback_text: str | None = None) -> str:
     """The stored error: the traceback from the job's own call on
     (:func:`~millrace_django.engine.tracebacks.job_traceback`), at most
-    :data:`MAX_ERROR_LENGTH` long."""
+    :data:`MAX_ERROR_LENGTH` long, NUL characters escaped (:func:`storable_text`)."""
     if traceback_text is None:
         traceback_text = job_traceback(error)
-    return _truncate(traceback_text)
+    return _truncate(storable_text(traceback_text))
 
 
 def _truncate(text: str) -> str:
