@@ -82,6 +82,12 @@ def parse_duration(option: str, text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
+def duration_text(duration: timedelta) -> str:
+    """``duration`` as :func:`parse_duration` reads it back, to the microsecond (never in
+    exponent notation, which it does not read)."""
+    return f"{duration.total_seconds():f}s"
+
+
 # -- connection hygiene -----------------------------------------------------------------
 
 

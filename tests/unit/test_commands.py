@@ -18,6 +18,7 @@ from django.db import connection
 from millrace_django.contract import JobState
 from millrace_django.management import support
 from millrace_django.management.support import (
+    duration_text,
     fresh_connections,
     parse_duration,
     tidy_connections,
@@ -320,3 +321,11 @@ def test_a_job_right_after_another_on_its_thread_shares_that_ones_closing_check(
     thread_clock[0] += 2 * support.BACK_TO_BACK
     with fresh_connections():
         assert connection.connection is None  # later than that: checked again
+
+
+@pytest.mark.parametrize("text", ["2w", "30d", "0.25s", "90m", "1209600.5"])
+def test_a_duration_handed_to_a_child_process_reads_back_the_same(text: str) -> None:
+    """What ``--processes`` forwards (``--until-done`` among others) is read back as it
+    was given: two weeks is not written ``1.2096e+06``, which the option refuses."""
+    duration = parse_duration("--until-done", text)
+    assert parse_duration("--until-done", duration_text(duration)) == duration

@@ -21,6 +21,7 @@ from millrace_django.management.support import (
     close_connections,
     command_logging,
     connection_hooks,
+    duration_text,
     load_settings,
     parse_duration,
     parse_queues,
@@ -211,7 +212,7 @@ class Command(BaseCommand):
         if options["until_idle"]:
             common.append("--until-idle")
         if options["until_done"] is not None:
-            common.append(f"--until-done={options['until_done'].total_seconds():g}")
+            common.append(f"--until-done={duration_text(options['until_done'])}")
         if options.get("no_color"):
             common.append("--no-color")
         commands = [
