@@ -12,8 +12,9 @@ A call that raises (the database is away, or refuses the write) is retried in la
 turns, with a growing pause, each turn on a connection the host checked afresh (a
 server restart breaks the one in use). A transition is retried until its claim's lease
 ends, then given up: the job stays ``processing`` until that lease expires and another
-claim runs it again, which at-least-once execution allows. (The heartbeat no longer
-renews a finished job's lease, so a failing write cannot keep a claim alive forever.)
+claim runs it again, which at-least-once execution allows. (The heartbeat renews a
+finished job's lease for one more lease at most, while its completion waits to be
+written, so a failing write cannot keep a claim alive forever.)
 A give-back (``JobTransition.unstarted``) is never retried: the call may have committed
 it, and this worker's next claim of the job reuses its ``(worker, attempt)`` fence.
 """

@@ -244,7 +244,7 @@ class MaintainedCountFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """The counts follow instances as they end (checkpointed finished, cancelled) and
-        as a finished instance is rewritten in another finished state."""
+        as a finished instance is rewritten, in another finished state or unfinished."""
         done = create_instance(store, clock)
         store.workflows.update_instance(with_fields(done, state=InstanceState.COMPLETED), 1)
         failing = create_instance(store, clock, tenant_id="acme")
@@ -260,6 +260,11 @@ class MaintainedCountFacts(FactGroup):
         assert dict(stats.instances_by_state) == _instances_by_state(
             completed=1, compensated=1, cancelled=1, running=1
         )
+        reopened = stored_instance(store, done.id)
+        store.workflows.update_instance(
+            with_fields(reopened, state=InstanceState.SUSPENDED), reopened.revision
+        )
+        _assert_counts_match_the_lists(store, "a finished instance rewritten unfinished")
 
     def test_folding_keeps_every_count_and_leaves_nothing_to_fold_a_second_time(
         self, store: StoreUnderTest, clock: FakeClock

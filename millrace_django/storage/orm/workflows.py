@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError
@@ -38,29 +40,29 @@ def checkpoint(ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revis
     """Replace the instance iff it is still at ``expected_revision``; a stale or missing
     instance raises (and so rolls back the caller's transaction).
 
-    An instance that ends here is counted: its update asks for an unfinished stored
-    state, and only if that finds nothing is the row read (locked) to tell a stale
-    revision from a finished instance being rewritten (rare), whose count then moves."""
+    The counts follow: the update asks for an unfinished stored state (the usual case,
+    which only counts an instance that ends here), and only if that finds nothing is the
+    row read (locked) to tell a stale revision from a finished instance rewritten (rare),
+    whose count then moves to its new state, finished or not."""
     stored = ctx.instances().filter(id=instance.id, revision=expected_revision)
     fields = instance_fields(instance, expected_revision + 1)
     state = fields["state"]
-    if state not in tallies.TERMINAL_INSTANCE_CODES:
-        updated = stored.update(**fields)
-    elif stored.exclude(state__in=_TERMINAL_INSTANCE).update(**fields):
-        ctx.tx.tally(tallies.instance_ended(state, instance.definition_id, instance.tenant_id))
+    if stored.exclude(state__in=_TERMINAL_INSTANCE).update(**fields):
+        if state in tallies.TERMINAL_INSTANCE_CODES:
+            ctx.tx.tally(tallies.instance_ended(state, instance.definition_id, instance.tenant_id))
         return
-    else:
-        was = stored.select_for_update().values_list("state", "definition_id", "tenant_id").first()
-        updated = stored.update(**fields) if was is not None else 0
-        if was is not None and was[0] != state:
-            change = tallies.instance_ended(state, instance.definition_id, instance.tenant_id)
-            if was[0] in tallies.TERMINAL_INSTANCE_CODES:
-                change.subtract(tallies.instance_ended(*was))
-            ctx.tx.tally(change)
-    if not updated:
+    was = stored.select_for_update().values_list("state", "definition_id", "tenant_id").first()
+    if was is None:
         raise ConcurrencyConflict(
             f"workflow instance {instance.id} is not at revision {expected_revision}"
         )
+    stored.update(**fields)
+    change: Counter[Any] = Counter()
+    if state in tallies.TERMINAL_INSTANCE_CODES:
+        change.update(tallies.instance_ended(state, instance.definition_id, instance.tenant_id))
+    if was[0] in tallies.TERMINAL_INSTANCE_CODES:
+        change.subtract(tallies.instance_ended(*was))
+    ctx.tx.tally(change)
 
 
 class OrmWorkflows:
