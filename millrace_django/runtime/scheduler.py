@@ -40,7 +40,7 @@ per instant. Any other pass is never held back, so a cron occurrence on an other
 quiet scheduler fires on time (also when the sleep ended a hair before it was due)."""
 
 FOLD_BATCH = 5000
-"""Records of the maintained counts a pass folds at a time (see ``fold_statistics``)."""
+"""Groups of the maintained counts a call folds at most (see ``fold_statistics``)."""
 
 FORGET_WORKERS_EVERY = timedelta(minutes=1)
 """How often (on the injected clock) a scheduler forgets silent workers: their rows go
