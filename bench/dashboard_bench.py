@@ -36,9 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import psycopg
-from pgserver import DURABILITY, admin_connection, server_url
-from psycopg import sql as pgsql
+from pgserver import DURABILITY, recreate_database, server_url
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_MS = 100.0
@@ -162,21 +160,6 @@ class Measured:
         widest = self.widest()
         rows_ok = widest is None or widest.widest_rows <= self.bound(active)
         return self.status == 200 and self.median_ms <= TARGET_MS, rows_ok
-
-
-def recreate(url: str, name: str, *, create: bool) -> None:
-    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
-    with admin_connection(url) as conn:
-        for attempt in range(60):  # autovacuum may be analysing the fresh rows: wait for it
-            try:
-                conn.execute(drop)
-                break
-            except psycopg.errors.InsufficientPrivilege:
-                if attempt == 59:
-                    raise
-                time.sleep(1)
-        if create:
-            conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
 
 
 def setup_django(url: str, name: str) -> None:
@@ -387,7 +370,7 @@ def main() -> None:
     arguments = parser.parse_args()
     unfinished = min(arguments.jobs // 10, 20_000) if arguments.active is None else arguments.active
     url, name = server_url(), f"millrace_dashboard_bench_{os.getpid()}"
-    recreate(url, name, create=True)
+    recreate_database(url, name, create=True)
     try:
         setup_django(url, name)
         print(f"seeding {arguments.jobs:,} jobs ...", flush=True)
@@ -419,7 +402,7 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        recreate(url, name, create=False)
+        recreate_database(url, name, create=False)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -12,6 +13,7 @@ from psycopg import sql as pgsql
 
 DURABILITY = ("fsync", "synchronous_commit", "full_page_writes")
 """The server settings that decide what a commit costs: every bench prints them."""
+DROP_WAIT = 60
 
 
 def server_url() -> str:
@@ -45,9 +47,17 @@ def database_url(url: str, name: str) -> str:
 
 def recreate_database(url: str, name: str, *, create: bool) -> None:
     """Drop the database ``name`` (ending its sessions), then create it afresh if
-    ``create``."""
+    ``create``. An autovacuum worker on it cannot be ended by a non-superuser's
+    ``FORCE``: the drop is retried once a second, for at most ``DROP_WAIT`` seconds."""
+    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
     with admin_connection(url) as conn:
-        drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-        conn.execute(drop.format(pgsql.Identifier(name)))
+        for attempt in range(DROP_WAIT):
+            try:
+                conn.execute(drop)
+                break
+            except psycopg.errors.InsufficientPrivilege:
+                if attempt == DROP_WAIT - 1:
+                    raise
+                time.sleep(1)
         if create:
             conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))

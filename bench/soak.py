@@ -617,13 +617,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         soak(database_url(url, name), options, report)
     finally:
+        # The figures first: an hour's windows are not lost to a failed drop.
+        print_indexes(report)
+        report.verdict = judge(report.windows)
+        print_verdict(report.verdict)
+        print(f"  load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        if options.json:
+            text = json.dumps(asdict(report), indent=2, default=str) + "\n"
+            Path(options.json).write_text(text)
         recreate_database(url, name, create=False)
-    print_indexes(report)
-    report.verdict = judge(report.windows)
-    print_verdict(report.verdict)
-    print(f"  load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    if options.json:
-        Path(options.json).write_text(json.dumps(asdict(report), indent=2, default=str) + "\n")
     return 0
 
 
