@@ -31,6 +31,11 @@ CHECK_SECONDS = 0.1
 
 PAGE = 200
 
+EMPTY_READS = 2
+"""Reads in a row that must find nothing unfinished. One read is several pages, each its
+own snapshot: a job that ends while a later page is read can enqueue another (a
+continuation, a workflow step) onto a page already read, and that read finds neither."""
+
 _RUNNING = frozenset({JobState.ENQUEUED, JobState.PROCESSING})
 _WAITING = frozenset({JobState.SCHEDULED, JobState.FAILED})
 
@@ -113,6 +118,7 @@ class UntilDone:
             self._thread.join(JOIN_TIMEOUT)
 
     def _watch(self) -> None:
+        empty_reads = 0
         while not self._closed.wait(CHECK_SECONDS):
             try:
                 with self._hooks.around_turn():
@@ -121,9 +127,10 @@ class UntilDone:
             except Exception:
                 logger.exception("--until-done could not read the unfinished jobs; trying again")
                 continue
-            if not left:
+            empty_reads = 0 if left else empty_reads + 1
+            if empty_reads == EMPTY_READS:
                 logger.info("every job due by %s has finished; stopping", self.deadline)
-            elif now >= self.deadline:
+            elif left and now >= self.deadline:
                 self.unfinished = Unfinished(self.deadline, tuple(left))
                 logger.warning(
                     "%d job(s) due by %s have not finished; stopping", len(left), self.deadline
