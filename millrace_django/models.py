@@ -15,8 +15,10 @@ from millrace_django.contract import (
     ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     AttemptOutcome,
+    PRE_ACTIVE_JOB_STATES,
     InstanceState,
     JobState,
+    OverlapPolicy,
 )
 from millrace_django.dbschema import ActiveKeyConstraint, ExactCharField, PartialIndex
 
@@ -72,6 +74,7 @@ def job_codes(states: frozenset[JobState] | set[JobState]) -> list[int]:
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
+_PRE_ACTIVE = job_codes(PRE_ACTIVE_JOB_STATES)
 _LISTED_BY_STATE = job_codes(set(JobState) - {JobState.PROCESSING})
 """States the job list reads newest first through ``millrace_job_monitor_state``, one
 state at a time (and merges). A claim (to processing) adds no entry to it: the list
@@ -116,6 +119,7 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     workflow_instance_id = models.UUIDField(null=True, blank=True)
     activity_node_id = ExactCharField(max_length=200, null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "millrace_job"
@@ -136,6 +140,14 @@ class Job(models.Model):
                 name="millrace_job_due",
                 fields=["due_at", "seq"],
                 condition=Q(state__in=_DUE),
+                lead=["state"],
+            ),
+            # Jobs with a deadline that have not started, for the scheduler's sweep
+            # (expire_due): jobs without one take no entry.
+            PartialIndex(
+                name="millrace_job_expiring",
+                fields=["expires_at", "seq"],
+                condition=Q(state__in=_PRE_ACTIVE, expires_at__isnull=False),
                 lead=["state"],
             ),
             PartialIndex(
@@ -243,6 +255,13 @@ class Recurring(models.Model):
     tenant_id = ExactCharField(max_length=200, null=True, blank=True)
     next_fire_time = models.DateTimeField()
     last_fire_time = models.DateTimeField(null=True, blank=True)
+    overlap = models.CharField(
+        max_length=10,
+        choices=[(policy.value, policy.value) for policy in OverlapPolicy],
+        default=OverlapPolicy.ALLOW.value,
+    )
+    fired_job_id = models.UUIDField(null=True, blank=True)
+    last_skip_time = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -52,6 +52,12 @@ class RetrySpec:
     base_delay: timedelta = timedelta(0)
     max_delay: timedelta = timedelta(0)
     jitter: bool = False
+    retry_on: tuple[str, ...] = ()
+    """Exception classes (``"module.qualname"``) a failure must be an instance of to be
+    retried; empty: any. A failure outside them is final."""
+    give_up_on: tuple[str, ...] = ()
+    """Exception classes whose failures are final whatever the budget (they win over
+    ``retry_on``)."""
 
 
 class _BuiltFromValues:
@@ -113,6 +119,7 @@ class JobRecord(_BuiltFromValues):
     cancel_requested: bool = False
     retry: RetrySpec = RetrySpec()
     timeout: timedelta | None = None
+    hard_timeout: timedelta | None = None
     idempotency_key: str | None = None
     tenant_id: str | None = None
     parent_id: UUID | None = None
@@ -125,6 +132,15 @@ class JobRecord(_BuiltFromValues):
     finished_at: datetime | None = None
     workflow_instance_id: UUID | None = None
     activity_node_id: str | None = None
+    expires_at: datetime | None = None
+    """The job's deadline: no execution starts at or after it (see
+    :meth:`~millrace_django.contract.JobStorage.expire_due`)."""
+
+
+def expired_reason(expires_at: datetime) -> str:
+    """The ``last_error`` of a job cancelled by its deadline ``expires_at`` (shown as its
+    reason by the dashboard)."""
+    return f"expired: not started by its deadline {expires_at.isoformat()}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,6 +245,24 @@ class ClaimRequest:
     lease: timedelta
 
 
+class OverlapPolicy(StrEnum):
+    """What a recurring definition does when an occurrence comes due while the job of its
+    previous fire is still active (any state but a terminal one)."""
+
+    ALLOW = "allow"  # fire anyway: occurrences may run side by side
+    SKIP = "skip"  # drop this occurrence (recorded in ``last_skip_time``)
+    QUEUE = "queue"  # hold it until the previous job ends, then fire it
+
+
+class FireOutcome(StrEnum):
+    """What :meth:`~millrace_django.contract.JobStorage.try_fire_recurring` did."""
+
+    FIRED = "fired"  # the job was inserted and the schedule advanced
+    SKIPPED = "skipped"  # overlap ``skip``: the schedule advanced, nothing inserted
+    HELD = "held"  # overlap ``queue``: nothing changed; fired once the previous job ends
+    LOST = "lost"  # unknown id or stale ``expected`` (fired elsewhere): nothing changed
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecurringRecord:
     """A cron definition; ``next_fire_time`` doubles as its compare-and-set fence."""
@@ -245,6 +279,12 @@ class RecurringRecord:
     priority: int = 0
     tenant_id: str | None = None
     last_fire_time: datetime | None = None
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    fired_job_id: UUID | None = None
+    """The job the last fire inserted (what the overlap policy looks at); kept by the
+    storage, like ``last_fire_time``."""
+    last_skip_time: datetime | None = None
+    """The occurrence last dropped by overlap ``skip``; kept by the storage."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -467,7 +467,7 @@ _AS_STORED = [
     "queue", "priority", "timeout", "due_at", "worker_id", "lease_until", "attempt",
     "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
-    "workflow_instance_id", "activity_node_id",
+    "workflow_instance_id", "activity_node_id", "expires_at",
 ]  # fmt: skip
 _CONVERTED = ["target", "state", "retry", "key_scope"]
 _COPIED = _PER_ROW + _AS_STORED + _CONVERTED
