@@ -94,6 +94,9 @@ class Job(models.Model):
     arguments = models.JSONField(help_text="{'args': [...], 'kwargs': {...}}")
     retry = models.JSONField()
     timeout = models.DurationField(null=True, blank=True)
+    hard_timeout = models.DurationField(
+        null=True, blank=True, help_text="the attempt runs in a child process killed at this limit"
+    )
     created_at = models.DateTimeField()
     due_at = models.DateTimeField(null=True, blank=True)
     worker_id = ExactCharField(max_length=200, null=True, blank=True)

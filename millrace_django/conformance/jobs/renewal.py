@@ -51,6 +51,7 @@ def _assert_same_job(got: JobRecord, expected: JobRecord) -> None:
     assert got.retry == expected.retry
     assert got.retry.kind is expected.retry.kind
     assert got.timeout == expected.timeout
+    assert got.hard_timeout == expected.hard_timeout
     assert got.idempotency_key == expected.idempotency_key
     assert got.tenant_id == expected.tenant_id
     assert got.parent_id == expected.parent_id
@@ -176,8 +177,11 @@ class RenewalFacts(FactGroup):
                 base_delay=timedelta(seconds=3),
                 max_delay=timedelta(minutes=45),
                 jitter=True,
+                retry_on=("builtins.ConnectionError", "billing.errors.Gateway.Busy"),
+                give_up_on=("builtins.ConnectionRefusedError",),
             ),
             timeout=timedelta(minutes=2, seconds=30),
+            hard_timeout=timedelta(minutes=5, microseconds=250),
             idempotency_key="invoice-2026-01",
             tenant_id="tenant-ä",
             parent_id=parent_id,
@@ -198,6 +202,27 @@ class RenewalFacts(FactGroup):
         for expected in (full, bare, awaiting):
             _assert_same_job(stored_job(store, expected.id), expected)
         assert store.jobs.get_job(new_id(clock)) is None
+
+    def test_claim_returns_the_hard_timeout_and_retry_filters(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A claimed job carries its hard timeout and its retry policy's exception filters
+        as enqueued (the worker decides from the claimed record alone)."""
+        retry = RetrySpec(
+            kind=RetryKind.FIXED,
+            max_attempts=3,
+            base_delay=timedelta(seconds=1),
+            max_delay=timedelta(seconds=1),
+            give_up_on=("builtins.ValueError", "shop.errors.Refused"),
+        )
+        enqueue(store, clock, retry=retry, hard_timeout=timedelta(seconds=12.5))
+        claimed = claim_one(store)
+        assert claimed.hard_timeout == timedelta(seconds=12.5)
+        assert claimed.retry == retry
+        enqueue(store, clock)
+        plain = claim_one(store)
+        assert plain.hard_timeout is None
+        assert plain.retry == RetrySpec()
 
     def test_renew_excludes_jobs_reclaimed_by_another_worker(
         self, store: StoreUnderTest, clock: FakeClock

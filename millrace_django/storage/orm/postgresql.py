@@ -464,8 +464,8 @@ _INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED)
 # them, then those converted (rows.job_values says how).
 _PER_ROW = ["uuid", "created_at", "arguments", "result", "progress"]
 _AS_STORED = [
-    "queue", "priority", "timeout", "due_at", "worker_id", "lease_until", "attempt",
-    "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
+    "queue", "priority", "timeout", "hard_timeout", "due_at", "worker_id", "lease_until",
+    "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
     "workflow_instance_id", "activity_node_id", "expires_at",
 ]  # fmt: skip

@@ -77,13 +77,20 @@ def invocation_of(target: str, arguments: Any) -> Invocation:
 
 
 def retry_json(retry: RetrySpec) -> dict[str, Any]:
-    return {
+    """A retry policy as stored (its exception filters only when set, so most jobs'
+    policies stay a few shared texts)."""
+    stored: dict[str, Any] = {
         "kind": retry.kind.value,
         "max_attempts": retry.max_attempts,
         "base_delay_us": retry.base_delay // _MICROSECOND,
         "max_delay_us": retry.max_delay // _MICROSECOND,
         "jitter": retry.jitter,
     }
+    if retry.retry_on:
+        stored["retry_on"] = list(retry.retry_on)
+    if retry.give_up_on:
+        stored["give_up_on"] = list(retry.give_up_on)
+    return stored
 
 
 def retry_of(stored: Any) -> RetrySpec:
@@ -97,6 +104,8 @@ def retry_of(stored: Any) -> RetrySpec:
             stored["base_delay_us"],
             stored["max_delay_us"],
             stored["jitter"],
+            tuple(stored.get("retry_on", ())),
+            tuple(stored.get("give_up_on", ())),
         )
     except (KeyError, TypeError, ValueError):
         return UNREADABLE_RETRY
@@ -107,7 +116,13 @@ UNREADABLE_RETRY = RetrySpec()
 
 @lru_cache(maxsize=256, typed=True)
 def _retry_spec(
-    kind: str, max_attempts: int, base_delay_us: int, max_delay_us: int, jitter: bool
+    kind: str,
+    max_attempts: int,
+    base_delay_us: int,
+    max_delay_us: int,
+    jitter: bool,
+    retry_on: tuple[str, ...],
+    give_up_on: tuple[str, ...],
 ) -> RetrySpec:
     """One (immutable) policy per distinct stored value: every claimed job has one, and
     most jobs share a few."""
@@ -117,6 +132,8 @@ def _retry_spec(
         base_delay=base_delay_us * _MICROSECOND,
         max_delay=max_delay_us * _MICROSECOND,
         jitter=jitter,
+        retry_on=retry_on,
+        give_up_on=give_up_on,
     )
 
 
@@ -132,6 +149,7 @@ def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
         "arguments": arguments_json(job.invocation),
         "retry": retry_json(job.retry),
         "timeout": job.timeout,
+        "hard_timeout": job.hard_timeout,
         "created_at": job.created_at,
         "due_at": job.due_at,
         "worker_id": job.worker_id,
@@ -168,6 +186,7 @@ def job_record(row: Job, **changes: Any) -> JobRecord:
 _AS_STORED = (
     "queue", "priority", "timeout", "created_at", "due_at", "worker_id", "lease_until",
     "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
+    "hard_timeout",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "result", "progress",
     "finished_at", "workflow_instance_id", "activity_node_id",
 )  # fmt: skip
