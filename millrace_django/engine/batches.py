@@ -67,6 +67,7 @@ class Callback:
     retry: RetrySpec
     timeout: timedelta | None
     idempotency_key: str | None
+    hard_timeout: timedelta | None = None
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -81,15 +82,20 @@ class Callback:
                 "base_delay": self.retry.base_delay.total_seconds(),
                 "max_delay": self.retry.max_delay.total_seconds(),
                 "jitter": self.retry.jitter,
+                "retry_on": list(self.retry.retry_on),
+                "give_up_on": list(self.retry.give_up_on),
             },
             "timeout": None if self.timeout is None else self.timeout.total_seconds(),
+            "hard_timeout": None
+            if self.hard_timeout is None
+            else self.hard_timeout.total_seconds(),
             "idempotency_key": self.idempotency_key,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Callback:
         retry = data["retry"]
-        timeout = data["timeout"]
+        timeout, hard_timeout = data["timeout"], data.get("hard_timeout")
         return cls(
             invocation=Invocation(
                 target=data["target"], args=tuple(data["args"]), kwargs=dict(data["kwargs"])
@@ -102,8 +108,11 @@ class Callback:
                 base_delay=timedelta(seconds=retry["base_delay"]),
                 max_delay=timedelta(seconds=retry["max_delay"]),
                 jitter=retry["jitter"],
+                retry_on=tuple(retry.get("retry_on", ())),
+                give_up_on=tuple(retry.get("give_up_on", ())),
             ),
             timeout=None if timeout is None else timedelta(seconds=timeout),
+            hard_timeout=None if hard_timeout is None else timedelta(seconds=hard_timeout),
             idempotency_key=data["idempotency_key"],
         )
 
@@ -124,6 +133,7 @@ class Callback:
             priority=self.priority,
             retry=self.retry,
             timeout=self.timeout,
+            hard_timeout=self.hard_timeout,
             idempotency_key=self.idempotency_key,
             tenant_id=tenant,
         )

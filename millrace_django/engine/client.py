@@ -177,6 +177,8 @@ class JobClient:
             )
         if isinstance(job, ConfiguredJob) and job.options.timeout is not None:
             raise ValueError("a recurring job's timeout comes from @job(timeout=...)")
+        if isinstance(job, ConfiguredJob) and job.options.hard_timeout is not None:
+            raise ValueError("a recurring job's hard timeout comes from @job(hard_timeout=...)")
         options = JobOptions(queue=queue, priority=priority, retry=retry).over(options)
         schedule = CronSchedule.parse(cron, timezone)
         now = self.clock.now()
@@ -197,7 +199,7 @@ class JobClient:
             created_at=now,
             updated_at=now,
             timezone=schedule.timezone,
-            retry=options.retry or self.config.default_retry,
+            retry=options.retry_policy(self.config.default_retry),
             priority=options.priority or 0,
             tenant_id=current_tenant(),
         )
@@ -237,7 +239,7 @@ class JobClient:
     def requeue(self, job_id: UUID) -> UUID | None:
         """Run a finished job again as a new job, linked by ``requeued_from``.
 
-        The copy keeps queue, priority, arguments, retry, timeout, idempotency key,
+        The copy keeps queue, priority, arguments, retry, timeouts, idempotency key,
         tenant and recurring id; it drops the continuation parent and workflow links.
         Only succeeded, dead or cancelled jobs qualify (``failed`` is refused: its own
         retry is still pending, and both would run). ``None`` for an unknown id.
@@ -256,6 +258,7 @@ class JobClient:
             priority=original.priority,
             retry=original.retry,
             timeout=original.timeout,
+            hard_timeout=original.hard_timeout,
             idempotency_key=original.idempotency_key,
             tenant_id=original.tenant_id,
             requeued_from=original.id,
@@ -315,8 +318,9 @@ class JobClient:
         fields = {
             "queue": self.queue(options.queue),
             "priority": options.priority or 0,
-            "retry": options.retry or self.config.default_retry,
+            "retry": options.retry_policy(self.config.default_retry),
             "timeout": options.timeout,
+            "hard_timeout": options.hard_timeout,
             "idempotency_key": options.idempotency_key,
         }
         if key is None:
@@ -452,8 +456,9 @@ class Batch:
             ),
             queue=self._client.queue(options.queue),
             priority=options.priority or 0,
-            retry=options.retry or self._client.config.default_retry,
+            retry=options.retry_policy(self._client.config.default_retry),
             timeout=options.timeout,
+            hard_timeout=options.hard_timeout,
             idempotency_key=options.idempotency_key,
         )
 

@@ -113,6 +113,27 @@ class JobTimedOut(MillraceError):
         self.timeout = timeout
 
 
+class HardTimeoutExceeded(JobTimedOut):
+    """A job's child process was killed at its hard timeout; recorded as a failure."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        MillraceError.__init__(
+            self, f"Killed after its hard timeout of {describe_duration(timeout)}."
+        )
+        self.timeout = timeout
+
+
+class FailedInChild(MillraceError):
+    """What a job raised in its child process (hard timeout), as the worker learns it:
+    the traceback text and the exception's class names, since the exception itself need
+    not survive pickling."""
+
+    def __init__(self, text: str, class_names: tuple[str, ...]) -> None:
+        super().__init__(text)
+        self.text = text
+        self.class_names = class_names
+
+
 def describe_duration(span: timedelta) -> str:
     """``timedelta(minutes=2)`` -> ``"120 seconds"``: the unit operators think in."""
     seconds = span.total_seconds()

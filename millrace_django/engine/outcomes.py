@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import random as _random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
@@ -26,11 +26,11 @@ from millrace_django.contract import (
 )
 from millrace_django.engine.config import EngineConfig
 from millrace_django.engine.context import CancelReason, SideEffects
-from millrace_django.engine.errors import JobTimedOut
+from millrace_django.engine.errors import FailedInChild, HardTimeoutExceeded, JobTimedOut
 from millrace_django.engine.invocation import find
 from millrace_django.engine.jsonvalues import json_problem, storable_text
 from millrace_django.engine.registry import JobDefinition, JobOptions
-from millrace_django.engine.retry import next_delay
+from millrace_django.engine.retry import gives_up, next_delay, raised_classes
 from millrace_django.engine.tracebacks import job_traceback
 from millrace_django.engine.workflow.failure import failure_jobs
 from millrace_django.ids import new_id
@@ -138,14 +138,17 @@ def failed(
     traceback_text: str | None = None,
     random: Callable[[], float] = _random.random,
 ) -> JobTransition:
-    """A raised exception: retry after the policy's delay, or dead when it is spent."""
+    """A raised exception: retry after the policy's delay, or dead when it is spent or
+    the policy's exception filters give up on ``error``. A hard timeout's kill is stored
+    as its message; a failure in the job's child process as the text it sent back."""
+    if isinstance(error, FailedInChild):
+        text, classes = _truncate(storable_text(error.text)), error.class_names
+    elif isinstance(error, HardTimeoutExceeded):
+        text, classes = str(error), raised_classes(error)
+    else:
+        text, classes = error_text(error, traceback_text), raised_classes(error)
     return _failure(
-        job,
-        error_text(error, traceback_text),
-        clock=clock,
-        config=config,
-        observers=observers,
-        random=random,
+        job, text, clock=clock, config=config, observers=observers, random=random, classes=classes
     )
 
 
@@ -158,14 +161,17 @@ def timed_out(
     observers: Observers = (),
     random: Callable[[], float] = _random.random,
 ) -> JobTransition:
-    """Ran past ``timeout``: an ordinary failure with a plain message."""
+    """Ran past ``timeout``: an ordinary failure with a plain message (a
+    :class:`JobTimedOut` to the retry policy's exception filters)."""
+    error = JobTimedOut(timeout)
     return _failure(
         job,
-        str(JobTimedOut(timeout)),
+        str(error),
         clock=clock,
         config=config,
         observers=observers,
         random=random,
+        classes=raised_classes(error),
     )
 
 
@@ -258,8 +264,9 @@ def failure_observer_jobs(
                 state=JobState.ENQUEUED,
                 created_at=now,
                 priority=options.priority or 0,
-                retry=options.retry or config.default_retry,
+                retry=options.retry_policy(config.default_retry),
                 timeout=options.timeout,
+                hard_timeout=options.hard_timeout,
                 tenant_id=job.tenant_id,
             )
         )
@@ -292,9 +299,11 @@ def _failure(
     config: EngineConfig,
     observers: Observers,
     random: Callable[[], float] = _random.random,
+    classes: Collection[str] | None = None,
 ) -> JobTransition:
+    """A failure; ``classes``: the raised exception's (see :func:`gives_up`)."""
     failures = job.failures + 1
-    delay = next_delay(job.retry, failures, random=random)
+    delay = None if gives_up(job.retry, classes) else next_delay(job.retry, failures, random=random)
     if delay is None:
         return _dead(job, text, failures=failures, clock=clock, config=config, observers=observers)
     return JobTransition(

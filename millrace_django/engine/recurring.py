@@ -20,7 +20,7 @@ FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 def occurrence(record: RecurringRecord, clock: Clock) -> JobRecord:
     """An ``enqueued`` job for one occurrence of ``record``."""
-    definition = find(record.invocation.target)  # the timeout lives on the definition
+    definition = find(record.invocation.target)  # the timeouts live on the definition
     return JobRecord(
         id=new_id(clock),
         queue=record.queue,
@@ -30,6 +30,7 @@ def occurrence(record: RecurringRecord, clock: Clock) -> JobRecord:
         priority=record.priority,
         retry=record.retry,
         timeout=definition.options.timeout if definition is not None else None,
+        hard_timeout=definition.options.hard_timeout if definition is not None else None,
         tenant_id=record.tenant_id,
         recurring_id=record.id,
     )

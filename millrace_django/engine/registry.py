@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,12 @@ from asgiref.sync import sync_to_async
 from millrace_django.contract import RetrySpec
 from millrace_django.engine import current
 from millrace_django.engine.errors import InvalidJobDefinition
-from millrace_django.engine.retry import validate_retry
+from millrace_django.engine.retry import (
+    ExceptionClasses,
+    exception_classes,
+    validate_retry,
+    with_filters,
+)
 
 CONTEXT_PARAMETER = "context"
 """A parameter with this name receives the :class:`~millrace_django.engine.JobContext`."""
@@ -66,6 +72,10 @@ class JobOptions:
     retry: RetrySpec | None = None
     timeout: timedelta | None = None
     idempotency_key: str | None = None
+    hard_timeout: timedelta | None = None
+    """Seconds (or a ``timedelta``) after which the job's child process is killed."""
+    retry_on: tuple[type[BaseException], ...] | None = None
+    give_up_on: tuple[type[BaseException], ...] | None = None
 
     def __post_init__(self) -> None:
         _check_name("queue", self.queue)
@@ -80,6 +90,17 @@ class JobOptions:
             not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
         ):
             raise ValueError(f"timeout must be a positive timedelta; got {self.timeout!r}")
+        if self.hard_timeout is not None:
+            object.__setattr__(self, "hard_timeout", _positive_span(self.hard_timeout))
+        for option in ("retry_on", "give_up_on"):
+            value = getattr(self, option)
+            if value is not None:
+                object.__setattr__(self, option, exception_classes(option, value))
+
+    def retry_policy(self, default: RetrySpec) -> RetrySpec:
+        """The policy a job with these options stores: ``retry`` (else ``default``) with
+        the ``retry_on`` and ``give_up_on`` filters, by class name."""
+        return with_filters(self.retry or default, self.retry_on, self.give_up_on)
 
     def over(self, base: JobOptions) -> JobOptions:
         """These options, falling back to ``base`` where unset."""
@@ -220,7 +241,8 @@ class JobDefinition[**P, R](_Submits):
 
     def using(self, **options: Any) -> ConfiguredJob:
         """This job with options for the next enqueue (``queue``, ``priority``, ``retry``,
-        ``timeout``, ``idempotency_key``); the definition is unchanged."""
+        ``timeout``, ``idempotency_key``, ``hard_timeout``, ``retry_on``, ``give_up_on``);
+        the definition is unchanged."""
         return ConfiguredJob(self, JobOptions()).using(**options)
 
 
@@ -239,6 +261,9 @@ class ConfiguredJob(_Submits):
         retry: RetrySpec | None = None,
         timeout: timedelta | None = None,
         idempotency_key: str | None = None,
+        hard_timeout: timedelta | float | None = None,
+        retry_on: ExceptionClasses | None = None,
+        give_up_on: ExceptionClasses | None = None,
     ) -> ConfiguredJob:
         more = JobOptions(
             queue=queue,
@@ -246,6 +271,9 @@ class ConfiguredJob(_Submits):
             retry=retry,
             timeout=timeout,
             idempotency_key=idempotency_key,
+            hard_timeout=hard_timeout,  # type: ignore[arg-type]  # (seconds: made a timedelta)
+            retry_on=retry_on,  # type: ignore[arg-type]  # (one class: made a tuple)
+            give_up_on=give_up_on,  # type: ignore[arg-type]
         )
         return ConfiguredJob(self.definition, more.over(self.options))
 
@@ -276,6 +304,9 @@ def job[**P, R](
     priority: int | None = None,
     retry: RetrySpec | None = None,
     timeout: timedelta | None = None,
+    hard_timeout: timedelta | float | None = None,
+    retry_on: ExceptionClasses | None = None,
+    give_up_on: ExceptionClasses | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 
@@ -288,15 +319,30 @@ def job[**P, R](
     priority: int | None = None,
     retry: RetrySpec | None = None,
     timeout: timedelta | None = None,
+    hard_timeout: timedelta | float | None = None,
+    retry_on: ExceptionClasses | None = None,
+    give_up_on: ExceptionClasses | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
 ) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
     """Register a module-level function (sync or async) as a job.
 
     Used bare (``@job``) or with options (``@job(queue="emails", retry=...)``).
+    ``timeout`` is cooperative (the job is asked to stop); ``hard_timeout`` runs each
+    attempt in a child process that is killed at the limit. ``retry_on`` and
+    ``give_up_on`` (exception classes) decide which failures the retry policy may
+    retry: ``give_up_on`` ones are final, and so is any outside ``retry_on`` when set.
     ``failure_observers`` are jobs enqueued with the dead job's id (a ``str``) as their
     only argument, in the same transition that declares this job dead.
     """
-    options = JobOptions(queue=queue, priority=priority, retry=retry, timeout=timeout)
+    options = JobOptions(
+        queue=queue,
+        priority=priority,
+        retry=retry,
+        timeout=timeout,
+        hard_timeout=hard_timeout,  # type: ignore[arg-type]  # (seconds: made a timedelta)
+        retry_on=retry_on,  # type: ignore[arg-type]  # (one class: made a tuple)
+        give_up_on=give_up_on,  # type: ignore[arg-type]
+    )
 
     def decorate(function: Callable[P, R]) -> JobDefinition[P, R]:
         definition = JobDefinition(function, options=options, failure_observers=failure_observers)
@@ -403,6 +449,17 @@ def _check_observers(
             )
         checked.append(observer)
     return tuple(checked)
+
+
+def _positive_span(value: object) -> timedelta:
+    """``hard_timeout`` as a ``timedelta``: given as one, or as seconds."""
+    if type(value) in (int, float) and math.isfinite(value):  # type: ignore[arg-type]
+        value = timedelta(seconds=value)  # type: ignore[arg-type]
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ValueError(
+            f"hard_timeout must be a positive number of seconds or timedelta; got {value!r}"
+        )
+    return value
 
 
 def _check_name(what: str, value: str | None) -> None:

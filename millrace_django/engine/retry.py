@@ -9,7 +9,8 @@ not spend the retry budget.
 from __future__ import annotations
 
 import random as _random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -78,12 +79,74 @@ def validate_retry(spec: RetrySpec) -> RetrySpec:
             raise InvalidRetry(f"the {name} must be a timedelta; got {delay!r}")
         if delay < timedelta(0):
             raise InvalidRetry(f"the {name} must not be negative; got {delay}")
+    for name, classes in (("retry_on", spec.retry_on), ("give_up_on", spec.give_up_on)):
+        if not isinstance(classes, tuple) or not all(isinstance(c, str) for c in classes):
+            raise InvalidRetry(f"{name} must be a tuple of class names; got {classes!r}")
     if spec.kind is RetryKind.EXPONENTIAL and spec.max_delay < spec.base_delay:
         raise InvalidRetry(
             f"the max delay ({spec.max_delay}) is below the base delay ({spec.base_delay}); "
             "every retry would wait the max delay"
         )
     return spec
+
+
+type ExceptionClasses = type[BaseException] | tuple[type[BaseException], ...]
+"""What ``retry_on=`` and ``give_up_on=`` take, as ``except`` does."""
+
+
+def exception_classes(option: str, value: object) -> tuple[type[BaseException], ...]:
+    """``value`` (one exception class or a non-empty tuple of them) as a tuple;
+    :class:`InvalidRetry` naming ``option`` otherwise."""
+    classes = value if isinstance(value, tuple) else (value,)
+    if not classes:
+        raise InvalidRetry(f"{option} needs at least one exception class; got ()")
+    for cls in classes:
+        if not isinstance(cls, type) or not issubclass(cls, BaseException):
+            raise InvalidRetry(f"{option} takes an exception class or a tuple of them; got {cls!r}")
+    return classes
+
+
+def with_filters(
+    spec: RetrySpec,
+    retry_on: tuple[type[BaseException], ...] | None,
+    give_up_on: tuple[type[BaseException], ...] | None,
+) -> RetrySpec:
+    """``spec`` with the filters that are given (by class name) in place of its own."""
+    if retry_on is None and give_up_on is None:
+        return spec
+    return replace(
+        spec,
+        retry_on=spec.retry_on if retry_on is None else _names(retry_on),
+        give_up_on=spec.give_up_on if give_up_on is None else _names(give_up_on),
+    )
+
+
+def _names(classes: tuple[type[BaseException], ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(class_name(cls) for cls in classes))
+
+
+def class_name(cls: type) -> str:
+    """``"module.qualname"``: how a filter names a class, matched by name so that the
+    worker need not import the classes to compare (nor the job's child process send
+    back an exception that may not pickle)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def raised_classes(error: BaseException) -> tuple[str, ...]:
+    """The names of ``error``'s class and of every class it derives from."""
+    return tuple(class_name(cls) for cls in type(error).__mro__)
+
+
+def gives_up(spec: RetrySpec, classes: Collection[str] | None) -> bool:
+    """Whether ``spec``'s filters make a failure final whatever its budget: the raised
+    exception (its class ``classes``, with their bases) is one of ``give_up_on``, or
+    ``retry_on`` is set and it is none of them. ``give_up_on`` wins. ``None``: the
+    failure raised nothing (an unstorable result), which the filters leave alone."""
+    if classes is None or not (spec.give_up_on or spec.retry_on):
+        return False
+    if any(name in spec.give_up_on for name in classes):
+        return True
+    return bool(spec.retry_on) and not any(name in spec.retry_on for name in classes)
 
 
 def next_delay(
@@ -110,14 +173,20 @@ def next_delay(
 
 
 def retry_json(retry: RetrySpec) -> dict[str, JSON]:
-    """A policy as JSON (delays in whole microseconds, so it reads back exactly)."""
-    return {
+    """A policy as JSON (delays in whole microseconds, so it reads back exactly; the
+    filters only when set)."""
+    stored: dict[str, JSON] = {
         "kind": retry.kind.value,
         "max_attempts": retry.max_attempts,
         "base_delay_us": retry.base_delay // timedelta(microseconds=1),
         "max_delay_us": retry.max_delay // timedelta(microseconds=1),
         "jitter": retry.jitter,
     }
+    if retry.retry_on:
+        stored["retry_on"] = list(retry.retry_on)
+    if retry.give_up_on:
+        stored["give_up_on"] = list(retry.give_up_on)
+    return stored
 
 
 def retry_of(stored: dict[str, Any]) -> RetrySpec:
@@ -128,4 +197,6 @@ def retry_of(stored: dict[str, Any]) -> RetrySpec:
         base_delay=timedelta(microseconds=int(stored["base_delay_us"])),
         max_delay=timedelta(microseconds=int(stored["max_delay_us"])),
         jitter=bool(stored["jitter"]),
+        retry_on=tuple(stored.get("retry_on", ())),
+        give_up_on=tuple(stored.get("give_up_on", ())),
     )
