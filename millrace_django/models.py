@@ -122,14 +122,24 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     workflow_instance_id = models.UUIDField(null=True, blank=True)
     activity_node_id = ExactCharField(max_length=200, null=True, blank=True)
+    limited = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Whether the job carries limits: claimed in the limited lane.",
+    )
+    limits = models.JSONField(
+        null=True, blank=True, help_text="[{'scope', 'concurrency', 'rate': [count, period_us]}]"
+    )
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "millrace_job"
         indexes = [
+            # Two lanes of ready jobs in one index: jobs without limits (the plain
+            # claim's, which reads no limit) and jobs with limits (the limited claim's).
             PartialIndex(
                 name="millrace_job_ready",
-                fields=["queue", "-priority", "seq"],
+                fields=["limited", "queue", "-priority", "seq"],
                 condition=Q(state=JobStateCode.ENQUEUED),
                 lead=["state"],
             ),
@@ -394,6 +404,24 @@ class Bookmark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.signal_name}|{self.correlation_id}"
+
+
+class Limit(models.Model):
+    """One flow-control scope's row: locked by every claim that may start a job of the
+    scope (so those claims serialize, and only those), and holding the scope's recent
+    start times for its rate. The limits themselves travel on the jobs."""
+
+    scope = ExactCharField(max_length=720, primary_key=True)
+    starts = models.JSONField(default=list, help_text="Start times (epoch microseconds).")
+    concurrency = models.IntegerField(null=True, blank=True)
+    rate = models.CharField(max_length=40, null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "millrace_limit"
+
+    def __str__(self) -> str:
+        return str(self.scope)
 
 
 class PausedQueue(models.Model):

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Self
 from uuid import UUID
 
+from millrace_django.contract.limits import Limit
 from millrace_django.contract.states import InstanceState, JobState
 
 type JSON = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
@@ -133,6 +134,8 @@ class JobRecord(_BuiltFromValues):
     workflow_instance_id: UUID | None = None
     activity_node_id: str | None = None
     expires_at: datetime | None = None
+    limits: tuple[Limit, ...] = ()
+    """Flow-control limits on this job's starts (see :mod:`.limits`), resolved at enqueue."""
     """The job's deadline: no execution starts at or after it (see
     :meth:`~millrace_django.contract.JobStorage.expire_due`)."""
 

@@ -34,7 +34,9 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    Limit,
     RetrySpec,
+    limits_json,
 )
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import (
@@ -469,10 +471,10 @@ _AS_STORED = [
     "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
     "workflow_instance_id", "activity_node_id", "expires_at",
 ]  # fmt: skip
-_CONVERTED = ["target", "state", "retry", "key_scope"]
+_CONVERTED = ["target", "state", "retry", "key_scope", "limited", "limits"]
 _COPIED = _PER_ROW + _AS_STORED + _CONVERTED
 assert sorted(_COPIED) == sorted(f.attname for f in _INSERTED)
-_shared = attrgetter(*_AS_STORED, "invocation.target", "state", "retry")
+_shared = attrgetter(*_AS_STORED, "invocation.target", "state", "retry", "limits")
 _COPY = f"COPY {_JOBS} ({', '.join(_q(name) for name in _COPIED)}) FROM STDIN"
 _COPY_CHUNK = 200
 """Rows sent at a time: the server reads a chunk while the next one is written."""
@@ -559,6 +561,11 @@ _encode_json = json.JSONEncoder().encode  # as JSONField stores a value
 def _retry_text(retry: RetrySpec) -> str:
     """A retry policy as stored (most jobs share a few policies)."""
     return _encode_json(retry_json(retry))
+
+
+def _limits_text(limits: tuple[Limit, ...]) -> str | None:
+    """Limits as stored (a job carries the few its function and queue give)."""
+    return None if not limits else _encode_json(limits_json(limits))
 
 
 def _plain_array(values: Sequence[object]) -> str:
@@ -872,12 +879,13 @@ def _copy_lines(jobs: Sequence[JobRecord], track_scope: bool) -> Iterator[str]:
     for job in jobs:
         shared = _shared(job)
         if shared != previous:
-            *stored, target, state, retry = shared
+            *stored, target, state, retry, limits = shared
             scope = active_scope(job) if track_scope else None
             texts = [escaped[target], str(JOB_STATE_CODES[state]), escaped[_retry_text(retry)]]
+            limited = [_copy_value(bool(limits)), _copy_value(_limits_text(limits))]
             previous, shared_text = (
                 shared,
-                "\t".join([*map(_copy_value, stored), *texts, _copy_value(scope)]),
+                "\t".join([*map(_copy_value, stored), *texts, _copy_value(scope), *limited]),
             )
         result, progress = job.result, job.progress
         yield (

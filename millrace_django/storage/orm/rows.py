@@ -14,10 +14,13 @@ from millrace_django.contract import (
     BookmarkRecord,
     Invocation,
     JobRecord,
+    Limit,
     RecurringRecord,
     RetryKind,
     RetrySpec,
     WorkflowInstanceRecord,
+    limits_json,
+    limits_of,
 )
 from millrace_django.models import (
     INSTANCE_STATE_CODES,
@@ -170,6 +173,8 @@ def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "workflow_instance_id": job.workflow_instance_id,
         "activity_node_id": job.activity_node_id,
+        "limited": bool(job.limits),
+        "limits": limits_json(job.limits),
     }
 
 
@@ -204,6 +209,7 @@ def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:
         invocation=invocation_of(values["target"], values["arguments"]),
         state=JOB_STATES[values["state"]],
         retry=retry_of(values["retry"]),
+        limits=limits_of(values["limits"]),
     )
     record.update(changes)
     return JobRecord.from_values(record)
@@ -220,14 +226,14 @@ class JobRowReader:
         self._known = tuple(known)
         self._stored = tuple(name for name in _AS_STORED if name not in self._known)
         self._json = tuple(name for name in ("result", "progress") if name in self._stored)
-        tail = ("uuid", "target", "arguments", "retry", "state")
-        if set(tail[:4]) & set(self._known):
-            raise ValueError(f"a row reader must read {tail[:4]} itself")
+        tail = ("uuid", "target", "arguments", "retry", "limits", "state")
+        if set(tail[:5]) & set(self._known):
+            raise ValueError(f"a row reader must read {tail[:5]} itself")
         self._tail = tuple(name for name in tail if name not in self._known)
-        self._id, self._target, self._arguments, self._retry = (
-            len(self._stored) + n for n in range(4)
+        self._id, self._target, self._arguments, self._retry, self._limits = (
+            len(self._stored) + n for n in range(5)
         )
-        self._state = len(self._stored) + 4 if "state" in self._tail else None
+        self._state = len(self._stored) + 5 if "state" in self._tail else None
 
     @property
     def columns(self) -> list[str]:
@@ -251,7 +257,15 @@ class JobRowReader:
         if self._state is not None:
             record["state"] = JOB_STATES[row[self._state]]
         record["retry"] = _retry_from_text(row[self._retry])
+        limits = row[self._limits]
+        record["limits"] = () if limits is None else _limits_from_text(limits)
         return JobRecord.from_values(record)
+
+
+@lru_cache(maxsize=64)
+def _limits_from_text(text: str) -> tuple[Limit, ...]:
+    """Stored limits, read once per distinct text (a limited function's jobs share one)."""
+    return limits_of(json.loads(text))
 
 
 @lru_cache(maxsize=64)
