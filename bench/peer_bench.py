@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,27 +155,34 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def install_peers(systems: list[str]) -> dict[str, str]:
-    """Create the peers' virtualenv if needed and install each peer's requirements
-    separately (one failing install does not stop the others): system -> error."""
+def install_peers(
+    systems: list[str],
+    venv: Path = PEER_VENV,
+    requirements: Mapping[str, Sequence[str]] = REQUIREMENTS,
+    common: Sequence[str] = COMMON_REQUIREMENTS,
+) -> dict[str, str]:
+    """Create the virtualenv ``venv`` if needed and install each peer's requirements
+    (``common`` and its own) separately, so that one failing install does not stop the
+    others: system -> error. workflow_bench.py installs its peers through it too."""
     errors: dict[str, str] = {}
-    wanted = [s for s in systems if s in REQUIREMENTS]
+    wanted = [s for s in systems if s in requirements]
     if not wanted:
         return errors
-    if not PEER_PYTHON.exists():
-        say(f"creating {PEER_VENV}")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        say(f"creating {venv}")
         base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(PEER_VENV)], check=True, timeout=INSTALL_SECONDS)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=INSTALL_SECONDS)
     for system in wanted:
         command = [
-            str(PEER_PYTHON),
+            str(python),
             "-m",
             "pip",
             "install",
             "-q",
             "--disable-pip-version-check",
-            *COMMON_REQUIREMENTS,
-            *REQUIREMENTS[system],
+            *common,
+            *requirements[system],
         ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_SECONDS)
@@ -305,12 +312,24 @@ def describe_machine(url: str) -> dict[str, Any]:
 
 
 class Drivers:
-    """Runs ``python -m peers SYSTEM COMMAND`` with the right interpreter and settings."""
+    """Runs ``python -m PACKAGE SYSTEM COMMAND`` with the right interpreter and settings:
+    the project's for Millrace, ``peer_python`` for the others (``PACKAGE`` is ``peers``
+    here, ``workflow_peers`` for workflow_bench.py)."""
 
-    def __init__(self, report: Report, redis_url: str, log_dir: Path) -> None:
+    def __init__(
+        self,
+        report: Report,
+        redis_url: str,
+        log_dir: Path,
+        *,
+        package: str = "peers",
+        peer_python: Path = PEER_PYTHON,
+    ) -> None:
         self.report = report
         self.redis_url = redis_url
         self.log_dir = log_dir
+        self.package = package
+        self.peer_python = peer_python
 
     def call(
         self,
@@ -321,7 +340,7 @@ class Drivers:
         timeout: float,
         database: str | None = None,
     ) -> dict[str, Any]:
-        python = sys.executable if system == "millrace" else str(PEER_PYTHON)
+        python = sys.executable if system == "millrace" else str(self.peer_python)
         path = f"{BENCH}{os.pathsep}{REPO}" if system == "millrace" else str(BENCH)
         env = {
             **os.environ,
@@ -338,7 +357,7 @@ class Drivers:
                 [
                     python,
                     "-m",
-                    "peers",
+                    self.package,
                     system,
                     command,
                     "--spec",

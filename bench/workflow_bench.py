@@ -1,5 +1,6 @@
 """Workflow benchmark: three-step linear workflows drained from a backlog on PostgreSQL,
-beside plain no-op jobs drained the same way (see bench/README.md).
+beside plain no-op jobs drained the same way, then Millrace beside DBOS (see
+bench/README.md).
 
 Creates a dedicated database on the server named by ``MILLRACE_TEST_POSTGRES_URL``,
 migrates it, then for each worker configuration:
@@ -10,9 +11,14 @@ migrates it, then for each worker configuration:
   times the same worker draining them: instances/s, and the workflow jobs/s behind them
   (each activity is one job whose success carries the checkpoint and the next job).
 
-It prints figures and asserts nothing; the database is dropped at the end. Every drain
+Then, unless ``--no-peers``, the peer run (``workflow_peer_run``): a linear workflow, a
+fan-out and a signal round trip on Millrace and on DBOS, one worker process each,
+interleaved and repeated (DBOS installed into .tmp/bench-workflow-peers/venv).
+
+It prints figures and asserts nothing; the databases are dropped at the end. Every drain
 is bounded in time (a capped drain is reported as such).
 
+    make bench-workflows                                  # durable throwaway server
     eval "$(scripts/testdb.sh start)"; .venv/bin/python bench/workflow_bench.py [--quick]
 """
 
@@ -34,6 +40,9 @@ from worker_bench import (
     setup_django,
     sql,
 )
+from workflow_peer_run import FULL as FULL_PEERS
+from workflow_peer_run import QUICK as QUICK_PEERS
+from workflow_peer_run import SYSTEMS, json_report, markdown, run_peers
 
 STEPS = 3
 
@@ -169,10 +178,28 @@ def drain_workflows(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small counts (under a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small counts, one repetition (under 2 minutes)"
+    )
+    parser.add_argument("--no-peers", action="store_true", help="no peer run at all")
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"the peer run's systems, comma-separated, from {','.join(SYSTEMS)}",
+    )
+    parser.add_argument("--repeats", type=int, help="peer run repetitions (3; 1 with --quick)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     options = parser.parse_args()
+    systems = [s.strip() for s in options.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"unknown systems: {', '.join(unknown)}")
     sizes = QUICK if options.quick else FULL
+    peer_sizes = QUICK_PEERS if options.quick else FULL_PEERS
+    if options.repeats:
+        if options.repeats < 1:
+            parser.error("--repeats must be at least 1")
+        peer_sizes = replace(peer_sizes, repeats=options.repeats)
 
     url = server_url()
     name = f"millrace_workflow_bench_{os.getpid()}"
@@ -232,23 +259,30 @@ def main() -> None:
                 "(one atom each: instance + first job)",
                 flush=True,
             )
-        if options.json:
-            payload = [
-                {
-                    **asdict(row),
-                    "plain_per_second": row.plain_per_second,
-                    "instances_per_second": row.instances_per_second,
-                    "workflow_jobs_per_second": row.workflow_jobs_per_second,
-                }
-                for row in rows
-            ]
-            with open(options.json, "w") as output:
-                json.dump(payload, output, indent=2)
     finally:
         from django.db import connections
 
         connections.close_all()
         recreate_database(url, name, create=False)
+    payload: dict[str, Any] = {
+        "plain_vs_workflow": [
+            {
+                **asdict(row),
+                "plain_per_second": row.plain_per_second,
+                "instances_per_second": row.instances_per_second,
+                "workflow_jobs_per_second": row.workflow_jobs_per_second,
+            }
+            for row in rows
+        ]
+    }
+    if systems and not options.no_peers:
+        print(flush=True)
+        report = run_peers(peer_sizes, systems)
+        print(markdown(report, options.quick), flush=True)
+        payload["peers"] = json_report(report)
+    if options.json:
+        with open(options.json, "w") as output:
+            json.dump(payload, output, indent=2, default=str)
 
 
 if __name__ == "__main__":

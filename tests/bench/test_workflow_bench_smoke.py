@@ -1,0 +1,48 @@
+"""The workflow benchmark (bench/workflow_bench.py) at its quick size, as a subprocess
+against the test PostgreSQL, with Millrace alone in its peer run: DBOS is left out, so
+nothing is installed and no network is needed. Rates are not checked (a shared CI
+machine decides them); that every instance completed is, being a count."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WORKLOADS = {"linear": "linear, 3 steps", "fan_out": "fan-out of 10", "signal": "signal round"}
+
+
+@pytest.mark.postgres
+def test_the_quick_workflow_bench_completes_every_instance_of_every_workload(
+    tmp_path: Path,
+) -> None:
+    if not os.environ.get("MILLRACE_TEST_POSTGRES_URL"):
+        if os.environ.get("CI"):
+            pytest.fail("MILLRACE_TEST_POSTGRES_URL is not set (CI must run against it)")
+        pytest.skip("MILLRACE_TEST_POSTGRES_URL is not set (scripts/testdb.sh starts one)")
+    output = tmp_path / "workflows.json"
+    command = [sys.executable, "bench/workflow_bench.py", "--quick", "--systems", "millrace"]
+    command += ["--json", str(output)]
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-2_000:] + run.stderr[-3_000:]
+    figures = json.loads(output.read_text())
+    [row] = figures["plain_vs_workflow"]
+    assert row["completed"] == row["instances"] and not row["workflow_capped"], row
+    peers = figures["peers"]
+    assert set(peers["systems"]) == {"millrace"} and not peers["systems"]["millrace"]["error"]
+    runs = {r["figure"]: r for r in peers["runs"]}
+    assert set(runs) == set(WORKLOADS) and len(peers["runs"]) == len(WORKLOADS), peers["runs"]
+    for workload, measured in runs.items():
+        value = measured["value"]
+        assert measured["error"] is None and value is not None, (workload, measured)
+        expected = peers["sizes"][workload]
+        assert value["done"] == value["instances"] == expected, (workload, value)
+        assert not value["capped"] and value["rate"] > 0, (workload, value)
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ")]
+    for title in WORKLOADS.values():
+        assert any(line.startswith(f"| {title}") and "| Millrace |" in line for line in rows)
