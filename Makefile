@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE := testproject.settings
 
-.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers bench-soak clean
+.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers bench-workflows bench-soak clean
 
 demo: $(PY)
 	@bash scripts/demo.sh
@@ -62,6 +62,11 @@ bench: system-deps $(PY)
 # (peers installed into .tmp/bench-peers/venv); BENCH_ARGS=--quick for a smoke run.
 bench-peers: system-deps $(PY)
 	@$(DURABLE_DB) $(PY) bench/peer_bench.py $(BENCH_ARGS)
+
+# Millrace's workflows beside DBOS (installed into .tmp/bench-workflow-peers/venv), after
+# the plain-job vs workflow figures; BENCH_ARGS=--quick for a smoke run.
+bench-workflows: system-deps $(PY)
+	@$(DURABLE_DB) $(PY) bench/workflow_bench.py $(BENCH_ARGS)
 
 # An hour of steady load at half the measured drain rate, purging all along; judged on
 # throughput, pickup p99 and table sizes (docs/benchmarks.md). SOAK_ARGS="--minutes 15".

@@ -163,7 +163,7 @@ def collect(report: Report, system: str, workload: str) -> dict[str, Any]:
 
 def rate_cell(entry: dict[str, Any], key: str, digits: int = 0) -> str:
     if key not in entry:
-        return "failed" if entry["errors"] else "not run"
+        return "failed" if entry["errors"] or entry["failed"] else "not run"
     failed = f" ({len(entry['errors'])} failed)" if entry["errors"] else ""
     return spread(entry[key], digits) + (" ‡" if entry["capped"] else "") + failed
 
@@ -191,7 +191,10 @@ def markdown(report: Report, quick: bool) -> str:
         "|---|---|---|---|---|" + ("---|" if beside else ""),
     ]
     for workload in WORKLOADS:
-        entries = {s: collect(report, s, workload) for s in report.systems}
+        entries = {
+            s: {**collect(report, s, workload), "failed": bool(info.error)}
+            for s, info in report.systems.items()
+        }
         for system, entry in entries.items():
             extra = "send_rate" if workload == "signal" else "start_rate"
             lines.append(
