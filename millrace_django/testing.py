@@ -50,7 +50,7 @@ from millrace_django.engine import (
 )
 from millrace_django.engine.workflow import WorkflowClient, WorkflowInstance
 from millrace_django.errors import ConcurrencyConflict, MillraceError, StorageError
-from millrace_django.runtime import activate_due, fire_due_recurring, run_claimed
+from millrace_django.runtime import activate_due, expire_due, fire_due_recurring, run_claimed
 from millrace_django.runtime.execution import flush_progress, remerge
 from millrace_django.storage.memory import MemoryStorage
 
@@ -204,10 +204,11 @@ class JobRunner:
     def run_until_idle(self, *, throw_on_failure: bool = True) -> int:
         """Run jobs until none is claimable; returns how many attempts ran.
 
-        Each round does what the scheduler would at the current time (activate due
-        jobs and retries, fire due recurring definitions), then claims and runs. A
-        retry due later waits for :meth:`advance`. A job that ends dead raises
-        :class:`JobFailed` unless ``throw_on_failure`` is false.
+        Each round does what the scheduler would at the current time (fire due
+        recurring definitions, end jobs past their deadline, activate due jobs and
+        retries), then claims and runs. A retry due later waits for :meth:`advance`. A
+        job that ends dead raises :class:`JobFailed` unless ``throw_on_failure`` is
+        false.
         """
         attempts = 0
         for _ in range(MAX_PASSES):
@@ -231,9 +232,9 @@ class JobRunner:
         )
 
     def advance(self, delta: timedelta) -> datetime:
-        """Move the clock forward and do what the scheduler would then (activate due
-        jobs, fire due recurring definitions) without running anything; returns the
-        new time."""
+        """Move the clock forward and do what the scheduler would then (fire due
+        recurring definitions, end jobs past their deadline, activate due jobs)
+        without running anything; returns the new time."""
         now = self.clock.advance(delta)
         self._schedule()
         return now
@@ -298,8 +299,9 @@ class JobRunner:
 
     def _schedule(self) -> None:
         now = self.clock.now()
-        activate_due(self.storage, now, ACTIVATION_BATCH)
         fire_due_recurring(self.storage, self.clock, now, ACTIVATION_BATCH)
+        expire_due(self.storage, now, ACTIVATION_BATCH)
+        activate_due(self.storage, now, ACTIVATION_BATCH)
 
     def _run(self, job: JobRecord, *, throw_on_failure: bool) -> None:
         context = JobContext.for_job(job, self.clock, storage=self.storage)

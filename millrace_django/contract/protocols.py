@@ -35,6 +35,7 @@ from millrace_django.contract.monitoring import (
 from millrace_django.contract.records import (
     BookmarkRecord,
     ClaimRequest,
+    FireOutcome,
     JobRecord,
     JobTransition,
     ProgressReport,
@@ -88,7 +89,9 @@ class JobStorage(Protocol):
         union of queues. Reclaiming an expired lease records an ``interrupted`` attempt
         for the previous attempt, in the same atom. Returning fewer jobs is conformant.
         A paused queue (see :meth:`pause_queue`) is skipped: none of its jobs is claimed,
-        enqueued or under an expired lease.
+        enqueued or under an expired lease. An ``enqueued`` job past its deadline
+        (``expires_at <= now``) is never claimed (:meth:`expire_due` ends it); an expired
+        lease is reclaimed whatever the deadline (that execution had started).
         """
         ...
 
@@ -161,6 +164,15 @@ class JobStorage(Protocol):
         Safe on every node at once: each job is activated exactly once."""
         ...
 
+    def expire_due(self, now: datetime, limit: int) -> int:
+        """Cancel up to ``limit`` pre-active jobs (``scheduled``, ``enqueued``, ``failed``,
+        ``awaiting``) whose deadline has passed (``expires_at <= now``), soonest deadline
+        first, exactly as :meth:`try_cancel` would (``finished_at = now``, key released,
+        the transitive ``awaiting`` closure cancelled), with ``last_error`` set to
+        :func:`~millrace_django.contract.expired_reason`. Never touches a ``processing``
+        or terminal job. Safe on every node at once; returns how many this call ended."""
+        ...
+
     def purge_finished(self, before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal jobs finished before ``before`` (and their
         attempt history), oldest first. Never touches an active job. Returns the count."""
@@ -204,9 +216,10 @@ class JobStorage(Protocol):
 
     def upsert_recurring(self, record: RecurringRecord) -> None:
         """Insert, or update in one atom: cron, time zone, queue, invocation, retry,
-        priority, tenant and ``updated_at`` are overwritten; ``next_fire_time`` is taken
-        from ``record`` only if the schedule (cron or time zone) changed;
-        ``last_fire_time`` and ``created_at`` are always kept."""
+        priority, tenant, overlap policy and ``updated_at`` are overwritten;
+        ``next_fire_time`` is taken from ``record`` only if the schedule (cron or time
+        zone) changed; ``last_fire_time``, ``fired_job_id``, ``last_skip_time`` and
+        ``created_at`` are always kept."""
         ...
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None: ...
@@ -218,15 +231,21 @@ class JobStorage(Protocol):
 
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         """Definitions with ``next_fire_time <= now``, most overdue first, at most
-        ``limit``. A plain read: firing is :meth:`try_fire_recurring`'s job."""
+        ``limit``, leaving out those held by overlap ``queue`` (their ``fired_job_id``
+        still active), so held ones never crowd out the rest. A plain read: firing is
+        :meth:`try_fire_recurring`'s job."""
         ...
 
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
-    ) -> bool:
-        """Compare-and-set on ``next_fire_time == expected``: if it wins, set
-        ``next_fire_time``, ``last_fire_time = expected`` and insert ``job`` in one atom.
-        Unknown id or stale ``expected``: ``False``, nothing inserted."""
+    ) -> FireOutcome:
+        """Compare-and-set on ``next_fire_time == expected``, then by the definition's
+        overlap policy, all in one atom. If ``fired_job_id`` names a job still active and
+        the policy is ``skip``: set ``next_fire_time`` and ``last_skip_time = expected``,
+        insert nothing (``SKIPPED``); ``queue``: change nothing (``HELD``). Otherwise set
+        ``next_fire_time``, ``last_fire_time = expected``, ``fired_job_id = job.id`` and
+        insert ``job`` (``FIRED``). Unknown id or stale ``expected``: ``LOST``, nothing
+        changed."""
         ...
 
     def next_due_time(self, after: datetime) -> datetime | None:

@@ -13,6 +13,7 @@ from millrace_django.runtime.scheduler import (
     Scheduler,
     SchedulerPass,
     activate_due,
+    expire_due,
     fire_due_recurring,
     purge_finished,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "WorkerStats",
     "activate_due",
     "default_worker_id",
+    "expire_due",
     "fire_due_recurring",
     "handle_stop_signals",
     "measure_offset",

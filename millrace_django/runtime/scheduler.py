@@ -1,5 +1,5 @@
-"""The scheduler: make due jobs claimable, fire due cron occurrences, purge old jobs,
-forget workers long silent.
+"""The scheduler: make due jobs claimable, end jobs past their deadline, fire due cron
+occurrences, purge old jobs, forget workers long silent.
 
 Run it on every node at once: there is no leader. Each due job is activated exactly once
 and each cron occurrence fires exactly once because the storage makes those moves
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from millrace_django.clock import Clock
-from millrace_django.contract import JobStorage, RecurringRecord
+from millrace_django.contract import FireOutcome, JobStorage, RecurringRecord
 from millrace_django.engine import InvalidCron
 from millrace_django.engine.recurring import following_fire_time, occurrence
 from millrace_django.runtime.clock_sync import ClockSync
@@ -53,6 +53,7 @@ class SchedulerPass:
     """What one pass did."""
 
     activated: int = 0
+    expired: int = 0
     fired: int = 0
     purged: int = 0
     forgotten: int = 0
@@ -85,9 +86,22 @@ def activate_due(storage: JobStorage, now: datetime, batch: int) -> int:
     return _in_batches(step, batch)
 
 
+def expire_due(storage: JobStorage, now: datetime, batch: int) -> int:
+    """Cancel the unstarted jobs whose deadline has passed by ``now`` (claims already
+    refuse them: this gives them their end, also on queues no worker claims from);
+    returns how many."""
+
+    def step() -> tuple[int, int]:
+        count = storage.expire_due(now, batch)
+        return count, count
+
+    return _in_batches(step, batch)
+
+
 def fire_due_recurring(storage: JobStorage, clock: Clock, now: datetime, batch: int) -> int:
     """Fire each recurring definition due at ``now`` once; returns how many this caller
-    fired (a definition another node fired first is not counted).
+    fired (a definition another node fired first, or whose overlap policy skipped or
+    held the occurrence, is not counted).
 
     Missed occurrences collapse into one fire, and the next fire time is computed from
     ``now``. A stored cron that no longer parses is logged and skipped.
@@ -130,12 +144,20 @@ def _fire(storage: JobStorage, clock: Clock, record: RecurringRecord, now: datet
     except InvalidCron as error:
         logger.error("recurring %r has an invalid stored cron; skipped: %s", record.id, error)
         return False
-    fired = storage.try_fire_recurring(
+    outcome = storage.try_fire_recurring(
         record.id, record.next_fire_time, following, occurrence(record, clock)
     )
-    if not fired:
+    if outcome is FireOutcome.SKIPPED:
+        logger.info(
+            "recurring %r skipped its occurrence of %s: the job of its previous fire (%s) "
+            "is still active",
+            record.id,
+            record.next_fire_time,
+            record.fired_job_id,
+        )
+    elif outcome is FireOutcome.LOST:
         logger.debug("recurring %r was fired elsewhere first", record.id)
-    return fired
+    return outcome is FireOutcome.FIRED
 
 
 def _in_batches(step: Callable[[], tuple[int, int]], batch: int) -> int:
@@ -187,6 +209,7 @@ class Scheduler:
             fired = self._step(
                 "recurring", lambda: fire_due_recurring(self._storage, self._clock, now, batch)
             )
+            expired = self._step("expiry", lambda: expire_due(self._storage, now, batch))
             activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
             purged = self._step("purge", lambda: self.purge(now))
             self._step("statistics", lambda: fold_statistics(self._storage, FOLD_BATCH))
@@ -194,6 +217,7 @@ class Scheduler:
             next_due = self._next_due(now)
         return SchedulerPass(
             activated=activated,
+            expired=expired,
             fired=fired,
             purged=purged,
             forgotten=forgotten,

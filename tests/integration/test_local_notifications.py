@@ -22,7 +22,7 @@ from millrace_django.conformance.support import (
     release,
     succeed,
 )
-from millrace_django.contract import Capabilities, JobState, WakeupSubscription
+from millrace_django.contract import Capabilities, FireOutcome, JobState, WakeupSubscription
 from millrace_django.storage.orm import DjangoStorage
 from tests.conformance.django_harness import DjangoStoreUnderTest
 from tests.integration.notifications import HINT_SECONDS, in_thread, store_on
@@ -121,11 +121,14 @@ def test_activation_run_now_release_fire_and_continuations_wake_the_listener(
         "child": lambda: (
             storage.apply_many([succeed(parent, clock, activate_continuations=True)]) == [True]
         ),
-        "fired": lambda: storage.try_fire_recurring(
-            definition.id,
-            definition.next_fire_time,
-            definition.next_fire_time + timedelta(days=1),
-            make_job(clock, queue="fired", recurring_id=definition.id),
+        "fired": lambda: (
+            storage.try_fire_recurring(
+                definition.id,
+                definition.next_fire_time,
+                definition.next_fire_time + timedelta(days=1),
+                make_job(clock, queue="fired", recurring_id=definition.id),
+            )
+            is FireOutcome.FIRED
         ),
     }
     for queue, move in moves.items():

@@ -27,7 +27,7 @@ from millrace_django.conformance.support import (
     release,
     succeed,
 )
-from millrace_django.contract import Capabilities, JobState
+from millrace_django.contract import Capabilities, FireOutcome, JobState
 from millrace_django.storage.orm import DjangoStorage
 from millrace_django.storage.orm.notify import (
     DEFAULT_CHANNEL,
@@ -224,7 +224,7 @@ def test_a_recurring_fire_sends_a_hint(
         make_job(clock, queue="q", recurring_id=definition.id),
     )
 
-    assert fired
+    assert fired is FireOutcome.FIRED
     assert listener.wait(HINT_SECONDS)
 
 

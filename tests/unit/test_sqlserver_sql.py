@@ -332,6 +332,17 @@ def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks
 ) -> None:
     assert connections[alias].features.supports_partial_indexes  # the due index is filtered
     jobs, recurring = Job.objects.using(alias), Recurring.objects.using(alias)
+def test_the_expiry_sweep_reads_unstarted_jobs_past_their_deadline_by_the_clock_skipping_locked(
+    alias: str,
+) -> None:
+    sql, params = compiled(queries.expiring(Job.objects.using(alias), NOW, 40), alias)
+
+    assert f"FROM [millrace_job] {READPAST}" in sql
+    assert top(sql) == 40
+    assert "[millrace_job].[expires_at] <= %s" in sql and NOW in params
+    assert order_by(sql) == "[millrace_job].[expires_at] ASC, [millrace_job].[seq] ASC"
+
+
     (jobs_sql, jobs_params), (recurring_sql, recurring_params) = (
         compiled(head, alias)
         for head in queries.due_heads(jobs, recurring, NOW, partial_indexes=True)

@@ -17,6 +17,7 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.checkpoints import CheckpointFacts
     from millrace_django.conformance.jobs.claims import ClaimFacts
     from millrace_django.conformance.jobs.continuations import ContinuationFacts
+    from millrace_django.conformance.jobs.expiry import ExpiryFacts
     from millrace_django.conformance.jobs.fence import FenceFacts
     from millrace_django.conformance.jobs.giving_back import GivingBackFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
@@ -26,6 +27,7 @@ def _compose() -> type:
         PausedQueueFacts,
         WorkerRegistryFacts,
     )
+    from millrace_django.conformance.jobs.overlap import OverlapFacts
     from millrace_django.conformance.jobs.progress import ProgressFacts
     from millrace_django.conformance.jobs.recurring import RecurringFacts
     from millrace_django.conformance.jobs.renewal import RenewalFacts
@@ -42,6 +44,8 @@ def _compose() -> type:
         GivingBackFacts,
         ActivationFacts,
         RecurringFacts,
+        OverlapFacts,
+        ExpiryFacts,
         NextDueFacts,
         ResultFacts,
         ProgressFacts,

@@ -15,7 +15,7 @@ from millrace_django.conformance.support import (
     fail,
     make_job,
 )
-from millrace_django.contract import JobState
+from millrace_django.contract import FireOutcome, JobState
 
 
 class NextDueFacts(FactGroup):
@@ -69,8 +69,11 @@ class NextDueFacts(FactGroup):
         assert store.jobs.next_due_time(start) == start + timedelta(minutes=3)
         following = start + timedelta(hours=1)
         fired = make_job(clock, recurring_id=definition.id)
-        assert store.jobs.try_fire_recurring(
-            definition.id, definition.next_fire_time, following, fired
+        assert (
+            store.jobs.try_fire_recurring(
+                definition.id, definition.next_fire_time, following, fired
+            )
+            is FireOutcome.FIRED
         )
         assert store.jobs.next_due_time(start) == removed.next_fire_time
         assert store.jobs.remove_recurring(removed.id)

@@ -23,6 +23,7 @@ from millrace_django.conformance.support import (
     stored_recurring,
 )
 from millrace_django.contract import (
+    FireOutcome,
     Invocation,
     JobRecord,
     JobState,
@@ -78,7 +79,8 @@ def _upserted_then_fired(store: StoreUnderTest, clock: FakeClock) -> tuple[Recur
     original = define_recurring(store, clock, priority=1)
     job = _fired_job(clock, original.id)
     fired_next = original.next_fire_time + timedelta(days=1)
-    assert store.jobs.try_fire_recurring(original.id, original.next_fire_time, fired_next, job)
+    fired = store.jobs.try_fire_recurring(original.id, original.next_fire_time, fired_next, job)
+    assert fired is FireOutcome.FIRED
     clock.advance(timedelta(hours=1))
     return stored_recurring(store, original.id), job.id
 
@@ -211,11 +213,11 @@ class RecurringFacts(FactGroup):
         for _ in range(ROUNDS):
             following = expected + timedelta(days=1)
             jobs = [_fired_job(clock, definition.id) for _ in range(RACERS)]
-            fires: list[Callable[[], bool]] = [
+            fires: list[Callable[[], FireOutcome]] = [
                 partial(store.jobs.try_fire_recurring, definition.id, expected, following, job)
                 for job in jobs
             ]
-            won = race(store, fires)
+            won = [outcome is FireOutcome.FIRED for outcome in race(store, fires)]
 
             assert won.count(True) == 1, f"{won.count(True)} racers fired one occurrence"
             assert won.count(False) == RACERS - 1
@@ -232,7 +234,7 @@ class RecurringFacts(FactGroup):
                     assert found is None, "a losing fire inserted its job"
             expected = following
 
-    def test_try_fire_with_stale_expected_time_returns_false_and_inserts_nothing(
+    def test_try_fire_with_stale_expected_time_is_lost_and_inserts_nothing(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A fire whose expected time is not the stored next_fire_time changes nothing."""
@@ -242,30 +244,31 @@ class RecurringFacts(FactGroup):
 
         for stale in (current - timedelta(minutes=1), current + timedelta(minutes=1)):
             job = _fired_job(clock, definition.id)
-            assert store.jobs.try_fire_recurring(definition.id, stale, following, job) is False
+            lost = store.jobs.try_fire_recurring(definition.id, stale, following, job)
+            assert lost is FireOutcome.LOST
             assert store.jobs.get_job(job.id) is None
         _assert_same_recurring(stored_recurring(store, definition.id), definition)
 
-        assert store.jobs.try_fire_recurring(
+        fired = store.jobs.try_fire_recurring(
             definition.id, current, following, _fired_job(clock, definition.id)
         )
+        assert fired is FireOutcome.FIRED
         replay = _fired_job(clock, definition.id)
         later = following + timedelta(days=1)
-        assert store.jobs.try_fire_recurring(definition.id, current, later, replay) is False
+        replayed = store.jobs.try_fire_recurring(definition.id, current, later, replay)
+        assert replayed is FireOutcome.LOST
         assert store.jobs.get_job(replay.id) is None
         stored = stored_recurring(store, definition.id)
         assert stored.next_fire_time == following
         assert stored.last_fire_time == current
 
-    def test_try_fire_unknown_id_returns_false(
-        self, store: StoreUnderTest, clock: FakeClock
-    ) -> None:
-        """Firing an id that has no definition returns False and inserts nothing."""
+    def test_try_fire_unknown_id_is_lost(self, store: StoreUnderTest, clock: FakeClock) -> None:
+        """Firing an id that has no definition is LOST and inserts nothing."""
         define_recurring(store, clock, "known")
         job = _fired_job(clock, "unknown")
         expected = clock.now() + timedelta(hours=3)
 
-        assert store.jobs.try_fire_recurring("unknown", expected, expected, job) is False
+        assert store.jobs.try_fire_recurring("unknown", expected, expected, job) is FireOutcome.LOST
         assert store.jobs.get_job(job.id) is None
         assert store.jobs.get_recurring("unknown") is None
 
@@ -282,9 +285,8 @@ class RecurringFacts(FactGroup):
         assert store.jobs.get_due_recurring(late, 10) == []
         job = _fired_job(clock, before.id)
         following = before.next_fire_time + timedelta(days=1)
-        assert (
-            store.jobs.try_fire_recurring(before.id, before.next_fire_time, following, job) is False
-        )
+        lost = store.jobs.try_fire_recurring(before.id, before.next_fire_time, following, job)
+        assert lost is FireOutcome.LOST
         assert store.jobs.get_job(job.id) is None
         assert stored_job(store, fired_id).recurring_id == before.id
 
@@ -320,7 +322,10 @@ class RecurringFacts(FactGroup):
             actions.insert(upsert_at, partial(store.jobs.upsert_recurring, update))
 
             outcomes = race(store, actions)
-            won = outcomes[:upsert_at] + outcomes[upsert_at + 1 :]
+            won = [
+                outcome is FireOutcome.FIRED
+                for outcome in outcomes[:upsert_at] + outcomes[upsert_at + 1 :]
+            ]
 
             assert won.count(True) == 1, f"{won.count(True)} fires won one occurrence"
             stored = stored_recurring(store, definition.id)

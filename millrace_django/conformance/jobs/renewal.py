@@ -63,6 +63,7 @@ def _assert_same_job(got: JobRecord, expected: JobRecord) -> None:
     assert got.finished_at == expected.finished_at
     assert got.workflow_instance_id == expected.workflow_instance_id
     assert got.activity_node_id == expected.activity_node_id
+    assert got.expires_at == expected.expires_at
     assert_same_invocation(got.invocation, expected.invocation)
     for instant in (got.created_at, got.due_at):
         assert instant is None or instant.utcoffset() == timedelta(0), "times must be aware UTC"
@@ -190,6 +191,7 @@ class RenewalFacts(FactGroup):
             recurring_id="nightly-invoices",
             workflow_instance_id=instance.id,
             activity_node_id="charge-card",
+            expires_at=clock.now() + timedelta(hours=3, microseconds=750),
         )
         bare = make_job(
             clock,

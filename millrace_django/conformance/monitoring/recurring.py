@@ -27,6 +27,7 @@ from millrace_django.conformance.support import (
 )
 from millrace_django.contract import (
     DEFAULT_PAGE_SIZE,
+    FireOutcome,
     Invocation,
     JobState,
     Page,
@@ -56,7 +57,7 @@ def _fire(store: StoreUnderTest, clock: FakeClock, recurring_id: str, queue: str
     fired = store.jobs.try_fire_recurring(
         recurring_id, record.next_fire_time, record.next_fire_time + timedelta(days=1), job
     )
-    assert fired
+    assert fired is FireOutcome.FIRED
     return job.id
 
 

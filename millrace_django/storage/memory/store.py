@@ -25,16 +25,19 @@ from millrace_django.contract import (
     Capabilities,
     ClaimRequest,
     InstanceState,
+    FireOutcome,
     JobAttempt,
     JobRecord,
     JobState,
     JobTransition,
     ProgressReport,
+    OverlapPolicy,
     RecurringRecord,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
     attempt_after,
     oldest_kept_attempt,
+    expired_reason,
     outcome_of,
     transition_problem,
 )
@@ -124,7 +127,10 @@ class MemoryJobStore:
                 if job.queue in request.queues
                 and job.queue not in tables.paused
                 and (
-                    job.state is JobState.ENQUEUED
+                    (
+                        job.state is JobState.ENQUEUED
+                        and (job.expires_at is None or job.expires_at > now)
+                    )
                     or (job.lease_until is not None and job.lease_until <= now)
                 )
             ]
@@ -320,6 +326,27 @@ class MemoryJobStore:
                 log.put_job(job, replace(job, state=JobState.ENQUEUED, due_at=None))
             return min(len(due), max(limit, 0))
 
+    def expire_due(self, now: datetime, limit: int) -> int:
+        with self._atomic() as log:
+            tables = log.tables
+            expired = sorted(
+                (job.expires_at, tables.seq[job.id], job)
+                for job in tables.jobs.values()
+                if job.state in PRE_ACTIVE_JOB_STATES
+                and job.expires_at is not None
+                and job.expires_at <= now
+            )[: max(limit, 0)]
+            for deadline, _, job in expired:
+                ended = replace(
+                    job,
+                    state=JobState.CANCELLED,
+                    finished_at=now,
+                    last_error=expired_reason(deadline),
+                )
+                log.put_job(job, ended)
+                self._cancel_awaiting_closure(log, job.id, now)
+            return len(expired)
+
     def purge_finished(self, before: datetime, limit: int) -> int:
         with self._atomic() as log:
             tables = log.tables
@@ -409,7 +436,12 @@ class MemoryJobStore:
 
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         with self._reading() as tables:
-            due = [r for r in tables.recurring.values() if r.next_fire_time <= now]
+            due = [
+                r
+                for r in tables.recurring.values()
+                if r.next_fire_time <= now
+                and not (r.overlap is OverlapPolicy.QUEUE and self._previous_running(tables, r))
+            ]
             due.sort(key=lambda r: (r.next_fire_time, r.id))
             return due[: max(limit, 0)]
 
@@ -418,24 +450,44 @@ class MemoryJobStore:
             due_jobs = (tables.jobs[job_id].due_at for job_id in tables.due)
             fire_times = (r.next_fire_time for r in tables.recurring.values())
             later = [t for t in (*due_jobs, *fire_times) if t is not None and t > after]
+                    fired_job_id=stored.fired_job_id,
+                    last_skip_time=stored.last_skip_time,
             return min(later, default=None)
 
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
-    ) -> bool:
+    ) -> FireOutcome:
         with self._atomic() as log:
             stored = log.tables.recurring.get(recurring_id)
             if stored is None or stored.next_fire_time != expected:
-                return False
+                return FireOutcome.LOST
+            now = self.clock.now()
+            if stored.overlap is not OverlapPolicy.ALLOW and self._previous_running(
+                log.tables, stored
+            ):
+                if stored.overlap is OverlapPolicy.QUEUE:
+                    return FireOutcome.HELD
+                skipped = replace(
+                    stored, next_fire_time=next_fire_time, last_skip_time=expected, updated_at=now
+                )
+                log.set(log.tables.recurring, recurring_id, skipped)
+                return FireOutcome.SKIPPED
             fired = replace(
                 stored,
                 next_fire_time=next_fire_time,
                 last_fire_time=expected,
-                updated_at=self.clock.now(),
+                fired_job_id=job.id,
+                updated_at=now,
             )
             log.set(log.tables.recurring, recurring_id, fired)
             self._insert(log, job)
-            return True
+            return FireOutcome.FIRED
+
+    @staticmethod
+    def _previous_running(tables: Tables, record: RecurringRecord) -> bool:
+        """The job ``record`` fired last is still active (what its overlap policy sees)."""
+        previous = tables.jobs.get(record.fired_job_id) if record.fired_job_id else None
+        return previous is not None and previous.state not in TERMINAL_JOB_STATES
 
     # -- workflows -----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError, connections
+from django.db.models import Q
 
 from millrace_django.contract import (
     LOG_LINE_CAP,
@@ -16,13 +17,16 @@ from millrace_django.contract import (
     TERMINAL_JOB_STATES,
     Capabilities,
     ClaimRequest,
+    FireOutcome,
     JobLogLine,
     JobRecord,
     JobState,
     JobTransition,
+    OverlapPolicy,
     ProgressReport,
     RecurringRecord,
     WorkerHeartbeat,
+    expired_reason,
 )
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
@@ -227,6 +231,29 @@ class OrmJobs:
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
         row = self._ctx.tx.read(lambda: self._ctx.jobs().filter(uuid=job_id).first())
+    def expire_due(self, now: datetime, limit: int) -> int:
+        if limit <= 0:
+            return 0
+
+        def expire() -> int:
+            rows = list(queries.expiring(self._ctx.jobs(), now, limit))
+            if not rows:
+                return 0
+            for row in rows:
+                row.state, row.finished_at, row.key_scope = Code.CANCELLED, now, None
+                row.last_error = expired_reason(row.expires_at)
+            self._ctx.jobs().bulk_update(rows, ["state", "finished_at", "key_scope", "last_error"])
+            self._ctx.tx.tally(
+                tallies.jobs_ended(
+                    (Code.CANCELLED, row.queue, row.target, row.tenant_id, now) for row in rows
+                )
+            )
+            for row in rows:
+                cancel_awaiting_closure(self._ctx, row.uuid, now)
+            return len(rows)
+
+        return self._ctx.tx.write(expire)
+
         return job_record(row) if row is not None else None
 
     def activate_due(self, now: datetime, limit: int) -> int:
@@ -371,7 +398,8 @@ class OrmJobs:
             fields = recurring_fields(record)
             if (stored.cron, stored.timezone) == (record.cron, record.timezone):
                 del fields["next_fire_time"]
-            del fields["last_fire_time"], fields["created_at"]
+            for kept in ("last_fire_time", "fired_job_id", "last_skip_time", "created_at"):
+                del fields[kept]
             self._ctx.recurring().filter(id=record.id).update(**fields)
 
         self._ctx.tx.write(upsert)
@@ -392,7 +420,7 @@ class OrmJobs:
         rows = self._ctx.tx.read(
             lambda: list(
                 self._ctx.recurring()
-                .filter(next_fire_time__lte=now)
+                .filter(~held, next_fire_time__lte=now)
                 .order_by("next_fire_time", "id")[:limit]
             )
         )
@@ -411,21 +439,33 @@ class OrmJobs:
 
         return self._ctx.tx.read(soonest)
 
+        held = Q(overlap=OverlapPolicy.QUEUE.value) & queries.previous_running(self._ctx.jobs())
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
-    ) -> bool:
-        def fire() -> bool:
-            won = (
-                self._ctx.recurring()
-                .filter(id=recurring_id, next_fire_time=expected)
-                .update(
-                    next_fire_time=next_fire_time,
-                    last_fire_time=expected,
-                    updated_at=self._ctx.clock.now(),
-                )
+    ) -> FireOutcome:
+        """The allowed fire is one compare-and-set ``UPDATE`` whose condition includes the
+        overlap test, as before the policy existed; a refused one tells a skip, a hold
+        and a lost race apart by the statements after it. A concurrent fire can only make
+        those report ``LOST``: the compare-and-set serializes every fire of a definition."""
+
+        def fire() -> FireOutcome:
+            now = self._ctx.clock.now()
+            definition = self._ctx.recurring().filter(id=recurring_id, next_fire_time=expected)
+            free = Q(overlap=OverlapPolicy.ALLOW.value) | ~queries.previous_running(
+                self._ctx.jobs()
             )
-            if won:
+            if definition.filter(free).update(
+                next_fire_time=next_fire_time,
+                last_fire_time=expected,
+                fired_job_id=job.id,
+                updated_at=now,
+            ):
                 insert_jobs(self._ctx, [job])
-            return won > 0
+                return FireOutcome.FIRED
+            if definition.filter(overlap=OverlapPolicy.SKIP.value).update(
+                next_fire_time=next_fire_time, last_skip_time=expected, updated_at=now
+            ):
+                return FireOutcome.SKIPPED
+            return FireOutcome.HELD if definition.exists() else FireOutcome.LOST
 
         return self._ctx.tx.write(fire)

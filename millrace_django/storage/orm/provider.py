@@ -17,6 +17,7 @@ from millrace_django.contract import (
     BookmarkRecord,
     Capabilities,
     ClaimRequest,
+    FireOutcome,
     InstanceQuery,
     InstanceSummary,
     JobDetails,
@@ -150,6 +151,9 @@ class DjangoStorage:
     def activate_due(self, now: datetime, limit: int) -> int:
         return self._jobs.activate_due(now, limit)
 
+    def expire_due(self, now: datetime, limit: int) -> int:
+        return self._jobs.expire_due(now, limit)
+
     def purge_finished(self, before: datetime, limit: int) -> int:
         return self._jobs.purge_finished(before, limit)
 
@@ -192,7 +196,7 @@ class DjangoStorage:
 
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
-    ) -> bool:
+    ) -> FireOutcome:
         return self._jobs.try_fire_recurring(recurring_id, expected, next_fire_time, job)
 
     def next_due_time(self, after: datetime) -> datetime | None:

@@ -32,6 +32,8 @@ from django.db.models import (
 )
 
 from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
+    PRE_ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     JobState,
     JobTransition,
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
 
 _DUE = job_codes({JobState.SCHEDULED, JobState.FAILED})
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
+_PRE_ACTIVE = job_codes(PRE_ACTIVE_JOB_STATES)
+_ACTIVE = job_codes(ACTIVE_JOB_STATES)
 
 
 def tenant_q(tenant: TenantFilter) -> Q:
@@ -93,6 +97,28 @@ def expired_candidates(
     return (
         jobs.select_for_update(skip_locked=True)
         .filter(
+def unexpired_q(now: datetime) -> Q:
+    """Jobs that may still start at ``now``: no deadline, or a later one."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+
+
+def expiring(jobs: QuerySet[Job], now: datetime, limit: int) -> QuerySet[Job]:
+    """The next ``limit`` unstarted jobs whose deadline has passed by ``now``, locked,
+    skipping rows another sweeper holds, soonest deadline first (``millrace_job_expiring``)."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(state__in=_PRE_ACTIVE, expires_at__lte=now)
+        .order_by("expires_at", "seq")
+        .only("seq", "uuid", "state", "queue", "target", "tenant_id", "expires_at")[:limit]
+    )
+
+
+def previous_running(jobs: QuerySet[Job]) -> Exists:
+    """A recurring definition's last fired job (``fired_job_id``) is still active: what
+    its overlap policy looks at (one probe of the job's ``uuid`` index)."""
+    return Exists(jobs.filter(uuid=OuterRef("fired_job_id"), state__in=_ACTIVE))
+
+
             _not_paused(jobs), state=Code.PROCESSING, lease_until__lte=now, queue__in=sorted(queues)
         )
         .order_by("-priority", "seq")[:limit]

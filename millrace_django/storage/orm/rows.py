@@ -15,6 +15,7 @@ from millrace_django.contract import (
     Invocation,
     JobRecord,
     Limit,
+    OverlapPolicy,
     RecurringRecord,
     RetryKind,
     RetrySpec,
@@ -173,6 +174,7 @@ def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
         "finished_at": job.finished_at,
         "workflow_instance_id": job.workflow_instance_id,
         "activity_node_id": job.activity_node_id,
+        "expires_at": job.expires_at,
         "limited": bool(job.limits),
         "limits": limits_json(job.limits),
     }
@@ -193,7 +195,7 @@ _AS_STORED = (
     "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
     "hard_timeout",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "result", "progress",
-    "finished_at", "workflow_instance_id", "activity_node_id",
+    "finished_at", "workflow_instance_id", "activity_node_id", "expires_at",
 )  # fmt: skip
 """Record fields stored as they are, each in the column of its name (the others: ``id``
 in ``uuid``, ``invocation`` in ``target`` and ``arguments``, and ``state`` and
@@ -287,6 +289,9 @@ def recurring_fields(record: RecurringRecord) -> dict[str, Any]:
         "tenant_id": record.tenant_id,
         "next_fire_time": record.next_fire_time,
         "last_fire_time": record.last_fire_time,
+        "overlap": record.overlap.value,
+        "fired_job_id": record.fired_job_id,
+        "last_skip_time": record.last_skip_time,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -304,6 +309,9 @@ def recurring_record(row: Recurring) -> RecurringRecord:
         tenant_id=row.tenant_id,
         next_fire_time=row.next_fire_time,
         last_fire_time=row.last_fire_time,
+        overlap=OverlapPolicy(row.overlap),
+        fired_job_id=row.fired_job_id,
+        last_skip_time=row.last_skip_time,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
