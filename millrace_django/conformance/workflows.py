@@ -93,6 +93,19 @@ class WorkflowStorageFacts(FactGroup):
         assert store.workflows.get_instance(instance.id) == instance
         assert store.workflows.get_instance(new_id(clock)) is None
 
+    def test_get_instances_reads_many_by_id_and_leaves_unknown_ids_out(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """``get_instances`` returns each stored instance among the ids asked for, equal
+        to what ``get_instance`` returns, and leaves out the ids nothing is stored under."""
+        first = create_instance(store, clock, data={"n": 1})
+        second = create_instance(store, clock, data={"n": 2}, tenant_id="acme")
+        create_instance(store, clock, data={"n": 3})
+        unknown = new_id(clock)
+        found = store.workflows.get_instances([first.id, second.id, unknown])
+        assert found == {first.id: first, second.id: second}
+        assert store.workflows.get_instances([]) == {}
+
     def test_create_normalizes_revision_to_one_regardless_of_input(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:

@@ -278,6 +278,12 @@ class WorkflowStorage(Protocol):
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None: ...
 
+    def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
+        """The stored instances among ``instance_ids``, by id, in one read (unknown ids
+        are left out): a worker reads the instances of a claimed batch of workflow jobs
+        at once, so a step need not read its own."""
+        ...
+
     def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
         """Replace the instance iff its stored revision is ``expected_revision``, writing
         ``expected_revision + 1``. Stale or missing (indistinguishable) raises

@@ -22,6 +22,7 @@ from millrace_django.contract import (
     JobRecord,
     JobStorage,
     WorkflowCheckpoint,
+    WorkflowInstanceRecord,
 )
 from millrace_django.engine.errors import JobCancelled
 from millrace_django.engine.jsonvalues import json_problem, storable_text
@@ -88,6 +89,10 @@ class JobContext:
         self.storage = storage
         """The storage the job was claimed from, when the runner says (the workflow
         dispatcher reads its instance there)."""
+        self.instance: WorkflowInstanceRecord | None = None
+        """For a workflow dispatcher job, its instance as the worker read it right after
+        the claim (with the rest of the batch's), so the step need not read it; a later
+        checkpoint's revision check catches it if it was overtaken."""
         self.side_effects: SideEffects | None = None
         self._cancelled: threading.Event | None = None  # made when first asked for
         self._clock = clock

@@ -35,10 +35,18 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
+from uuid import UUID
 
 from millrace_django.clock import Clock
-from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobStorage
+from millrace_django.contract import (
+    ClaimRequest,
+    JobRecord,
+    JobState,
+    JobStorage,
+    WorkflowInstanceRecord,
+)
 from millrace_django.engine import CancelReason, JobContext, UnknownQueue, lookup, outcomes
+from millrace_django.engine.workflow.prefetch import instances_of
 from millrace_django.ids import new_id
 from millrace_django.observability.logs import job_fields, log_attempt_end
 from millrace_django.observability.telemetry import watch_queue_depth
@@ -380,8 +388,9 @@ class Worker:
                     continue
             self._wakeup.wait(backoff.next())
 
-    def _claim(self, count: int) -> list[JobRecord] | None:
-        """Claim up to ``count`` jobs; ``None`` if the claim failed (logged)."""
+    def _claim(self, count: int) -> list[Execution] | None:
+        """Claim up to ``count`` jobs, with the workflow instances their steps work on;
+        ``None`` if the claim failed (logged)."""
         request = ClaimRequest(
             worker_id=self.worker_id,
             queues=self.queues,
@@ -390,22 +399,39 @@ class Worker:
         )
         try:
             with self._hooks.around_turn():
-                return self._storage.claim(request)
+                claimed = self._storage.claim(request)
+                instances = self._instances_of(claimed)
         except Exception:
             logger.exception(
                 "worker %s: claim failed; retrying after the poll delay", self.worker_id
             )
             return None
-
-    def _dispatch(self, claimed: list[JobRecord]) -> None:
         storage, clock = self._storage, self._clock
-        executions = [
-            Execution(job, JobContext.for_job(job, clock, storage=storage)) for job in claimed
-        ]
+        executions = []
+        for job in claimed:
+            context = JobContext.for_job(job, clock, storage=storage)
+            context.instance = instances.get(job.id)
+            executions.append(Execution(job, context))
+        return executions
+
+    def _instances_of(self, claimed: list[JobRecord]) -> dict[UUID, WorkflowInstanceRecord]:
+        """The claimed workflow steps' instances, or none if reading them failed (each
+        step then reads its own): the claim already holds the jobs."""
+        try:
+            return instances_of(self._storage, claimed)
+        except Exception:
+            logger.warning(
+                "worker %s: reading the claimed steps' instances failed",
+                self.worker_id,
+                exc_info=True,
+            )
+            return {}
+
+    def _dispatch(self, executions: list[Execution]) -> None:
         replaced = self._in_flight.add_all(executions)
         self._count("claimed", len(executions))
         if logger.isEnabledFor(logging.DEBUG):
-            for job in claimed:
+            for job in (execution.job for execution in executions):
                 logger.debug(
                     "job %s (%s) attempt %d claimed",
                     job.id,
@@ -427,6 +453,9 @@ class Worker:
         coroutines: list[Execution] = []
         kinds: dict[str, list[Execution]] = {}  # by target: a claim mostly has a few
         for execution in executions:
+            if execution.job.hard_timeout is not None:
+                plain.append(execution)  # a thread waits for its child process
+                continue
             target = execution.job.invocation.target
             kind = kinds.get(target)
             if kind is None:

@@ -10,18 +10,14 @@ skipped when unset, except in CI, where it fails.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta, timezone
 from functools import partial
 from typing import Any
 from uuid import uuid4
 
-import psycopg
 import pytest
 from django.db import DatabaseError, connections, transaction
 from django.test.utils import CaptureQueriesContext
@@ -51,6 +47,7 @@ from millrace_django.storage.orm.transactions import Transactions
 from millrace_django.storage.orm.vendors import PostgreSQL, vendor_for
 from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
 from tests.integration.notifications import HINT_SECONDS, store_on
+from tests.integration.wire import wire_messages
 
 ALIAS = "postgres"
 require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
@@ -541,28 +538,6 @@ def test_claim_acknowledge_and_enqueue_are_one_round_trip_each(
     assert len(sent) == 3, sent
     assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
     assert _PROBE_BY_INDEX in sent[2], "the acknowledgement is sent with the planner told to probe"
-
-
-@contextmanager
-def wire_messages() -> Iterator[list[str]]:
-    """The simple-query messages the storage's connection sends meanwhile (libpq trace):
-    each is one round trip; BEGIN and COMMIT would be messages of their own."""
-    connection = connections[ALIAS]
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    sent: list[str] = []
-    with tempfile.TemporaryFile("w+") as trace:
-        pgconn.trace(os.dup(trace.fileno()))  # libpq keeps (and never closes) its FILE*
-        pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
-        try:
-            yield sent
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        for line in trace.read().splitlines():
-            parts = line.split("\t")
-            if len(parts) >= 4 and parts[0] == "F" and parts[2].strip() in ("Query", "Sync"):
-                sent.append(parts[3].strip().strip('"'))
 
 
 def claim_request(worker: str, queues: list[str], count: int) -> ClaimRequest:

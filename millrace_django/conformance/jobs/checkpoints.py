@@ -32,13 +32,15 @@ from millrace_django.conformance.support import (
 )
 from millrace_django.contract import (
     JSON,
+    InstanceState,
     JobRecord,
     JobState,
     JobTransition,
+    TenantFilter,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
-from millrace_django.errors import ConcurrencyConflict
+from millrace_django.errors import ConcurrencyConflict, StorageError
 
 Outcome = Literal["applied", "fenced", "conflict"]
 
@@ -316,3 +318,196 @@ class CheckpointFacts(FactGroup):
         assert done.worker_id is None
         assert done.lease_until is None
         _assert_instance(store, instance.id, moved_on)
+
+    # -- many steps in one call ------------------------------------------------------------
+
+    def test_steps_of_distinct_instances_in_one_call_each_commit_their_checkpoint(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """``apply_many`` with a step of each of several instances applies every one: each
+        checkpoint, follow-up job and bookmark is stored, as ``apply`` would store it."""
+        instances = [_start_instance(store, clock) for _ in range(4)]
+        jobs = [_claim_activity(store, clock, instance) for instance in instances]
+        clock.advance(timedelta(seconds=3))
+        follow_ups = [
+            make_job(clock, queue="flows", workflow_instance_id=i.id, activity_node_id="b")
+            for i in instances
+        ]
+        bookmark = make_bookmark(clock, instances[2].id)
+        transitions = [
+            succeed(
+                job,
+                clock,
+                result={"n": n},
+                enqueue=[follow_up],
+                checkpoint=_checkpoint(instance, clock, expected=1, data={"step": n}),
+                bookmarks=[bookmark] if n == 2 else [],
+            )
+            for n, (job, instance, follow_up) in enumerate(
+                zip(jobs, instances, follow_ups, strict=True)
+            )
+        ]
+
+        assert store.jobs.apply_many(transitions) == [True] * 4
+
+        for n, (job, instance, follow_up) in enumerate(
+            zip(jobs, instances, follow_ups, strict=True)
+        ):
+            done = stored_job(store, job.id)
+            assert done.state is JobState.SUCCEEDED
+            assert done.result == {"n": n}
+            assert done.finished_at == clock.now()
+            stored = stored_instance(store, instance.id)
+            assert stored.revision == 2
+            assert stored.data == {"step": n}
+            assert stored.updated_at == clock.now()
+            assert state_of(store, follow_up.id) is JobState.ENQUEUED
+        consumed = store.workflows.consume_bookmark("approved", "order-1")
+        assert consumed is not None
+        assert consumed.id == bookmark.id
+
+    def test_in_one_call_a_stale_checkpoint_conflicts_alone(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Among steps applied together, one whose instance moved on answers
+        ``ConcurrencyConflict`` and writes nothing (its job stays ``processing`` under its
+        fence, its follow-up is not stored); the others are applied."""
+        instances = [_start_instance(store, clock) for _ in range(3)]
+        jobs = [_claim_activity(store, clock, instance) for instance in instances]
+        store.workflows.update_instance(with_fields(instances[1], data={"moved": True}), 1)
+        moved_on = stored_instance(store, instances[1].id)
+        follow_ups = [make_job(clock, queue="flows") for _ in instances]
+        transitions = [
+            succeed(
+                job,
+                clock,
+                enqueue=[follow_up],
+                checkpoint=_checkpoint(instance, clock, expected=1, data={"step": 1}),
+            )
+            for job, instance, follow_up in zip(jobs, instances, follow_ups, strict=True)
+        ]
+
+        first, conflict, last = store.jobs.apply_many(transitions)
+
+        assert (first, last) == (True, True)
+        assert isinstance(conflict, ConcurrencyConflict)
+        _assert_untouched_processing(store, jobs[1])
+        assert store.jobs.get_job(follow_ups[1].id) is None
+        _assert_instance(store, instances[1].id, moved_on)
+        for n in (0, 2):
+            assert state_of(store, jobs[n].id) is JobState.SUCCEEDED
+            assert state_of(store, follow_ups[n].id) is JobState.ENQUEUED
+            assert stored_instance(store, instances[n].id).revision == 2
+
+    def test_in_one_call_a_lost_fence_writes_nothing_of_its_step(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Among steps applied together, one whose fence no longer holds answers
+        ``False`` and leaves its instance and follow-up unwritten; the others apply."""
+        instances = [_start_instance(store, clock) for _ in range(3)]
+        jobs = [_claim_activity(store, clock, instance) for instance in instances]
+        follow_ups = [make_job(clock, queue="flows") for _ in instances]
+        transitions = [
+            transition(
+                job,
+                JobState.SUCCEEDED,
+                finished_at=clock.now(),
+                expected_attempt=job.attempt + (1 if n == 0 else 0),
+                enqueue=[follow_up],
+                checkpoint=_checkpoint(instance, clock, expected=1, data={"step": 1}),
+            )
+            for n, (job, instance, follow_up) in enumerate(
+                zip(jobs, instances, follow_ups, strict=True)
+            )
+        ]
+
+        assert store.jobs.apply_many(transitions) == [False, True, True]
+
+        _assert_untouched_processing(store, jobs[0])
+        assert store.jobs.get_job(follow_ups[0].id) is None
+        _assert_instance(store, instances[0].id, instances[0])
+        assert stored_instance(store, instances[1].id).revision == 2
+
+    def test_in_one_call_two_steps_of_one_instance_have_one_winner(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Two branches of one instance acknowledged in the same call, both expecting its
+        revision: one applies, the other conflicts and writes nothing."""
+        instance = _start_instance(store, clock)
+        branches = [_claim_activity(store, clock, instance, node) for node in ("a", "b")]
+        transitions = [
+            succeed(
+                job,
+                clock,
+                checkpoint=_checkpoint(instance, clock, expected=1, data={"by": str(job.id)}),
+            )
+            for job in branches
+        ]
+
+        results = store.jobs.apply_many(transitions)
+
+        assert results.count(True) == 1, results
+        loser = branches[results.index(True) ^ 1]
+        assert isinstance(results[results.index(True) ^ 1], ConcurrencyConflict)
+        winner = branches[results.index(True)]
+        _assert_untouched_processing(store, loser)
+        stored = stored_instance(store, instance.id)
+        assert stored.revision == 2
+        assert stored.data == {"by": str(winner.id)}
+
+    def test_in_one_call_a_step_whose_follow_up_cannot_be_stored_fails_alone(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Among steps applied together, one whose follow-up job cannot be stored (its id
+        is taken) is refused with nothing of it written; the others apply."""
+        taken = enqueue(store, clock, queue="elsewhere")
+        instances = [_start_instance(store, clock) for _ in range(3)]
+        jobs = [_claim_activity(store, clock, instance) for instance in instances]
+        follow_ups = [make_job(clock, queue="flows") for _ in instances]
+        follow_ups[1] = with_fields(follow_ups[1], id=taken)
+        transitions = [
+            succeed(
+                job,
+                clock,
+                enqueue=[follow_up],
+                checkpoint=_checkpoint(instance, clock, expected=1, data={"step": 1}),
+            )
+            for job, instance, follow_up in zip(jobs, instances, follow_ups, strict=True)
+        ]
+
+        first, refused, last = store.jobs.apply_many(transitions)
+
+        assert (first, last) == (True, True)
+        assert isinstance(refused, StorageError)
+        _assert_untouched_processing(store, jobs[1])
+        _assert_instance(store, instances[1].id, instances[1])
+        assert stored_job(store, taken).queue == "elsewhere"
+        assert stored_instance(store, instances[2].id).revision == 2
+
+    def test_a_step_that_ends_its_instance_counts_it_when_applied_with_others(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """An instance completed by a step acknowledged together with others is counted
+        among the completed instances."""
+        instances = [_start_instance(store, clock) for _ in range(2)]
+        jobs = [_claim_activity(store, clock, instance) for instance in instances]
+        before = store.monitoring.get_statistics(TenantFilter.any()).instances_by_state
+        transitions = [
+            succeed(
+                job,
+                clock,
+                checkpoint=WorkflowCheckpoint(
+                    instance=with_fields(
+                        instance, state=InstanceState.COMPLETED, updated_at=clock.now()
+                    ),
+                    expected_revision=1,
+                ),
+            )
+            for job, instance in zip(jobs, instances, strict=True)
+        ]
+
+        assert store.jobs.apply_many(transitions) == [True, True]
+
+        after = store.monitoring.get_statistics(TenantFilter.any()).instances_by_state
+        assert after[InstanceState.COMPLETED] == before[InstanceState.COMPLETED] + 2
+        assert after[InstanceState.RUNNING] == before[InstanceState.RUNNING] - 2

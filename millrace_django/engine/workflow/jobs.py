@@ -51,7 +51,7 @@ def run_node(instance_id: str, node: str, context: JobContext) -> None:
     """Run the position this job holds: an activity, a compensation, a timer or a
     signal's timeout."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id)
+    instance = _live_instance(storage, instance_id, context)
     if instance is None:
         return
     cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
@@ -101,7 +101,7 @@ def resume(
     """Carry a consumed bookmark into the instance: bind the payload and go on (or take
     the timeout path)."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id)
+    instance = _live_instance(storage, instance_id, context)
     if instance is None:
         return
     data = copy.deepcopy(instance.data)
@@ -122,7 +122,7 @@ def handle_failure(instance_id: str, job_id: str, context: JobContext) -> None:
     """A workflow job died: apply its step's failure policy (unwind the saga, suspend,
     or fail the instance)."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id)
+    instance = _live_instance(storage, instance_id, context)
     if instance is None:
         return
     dead = storage.get_job(UUID(job_id))
@@ -146,7 +146,7 @@ def handle_failure(instance_id: str, job_id: str, context: JobContext) -> None:
 def recover(instance_id: str, action: str, stuck_job: str, context: JobContext) -> None:
     """An operator's recovery of a suspended instance (retry, skip or abandon)."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id)
+    instance = _live_instance(storage, instance_id, context)
     if instance is None:
         return
     choice = Recovery(action)
@@ -260,8 +260,13 @@ def _environment(context: JobContext) -> tuple[WorkflowStore, Clock]:
     return workflow_store(storage), context.clock
 
 
-def _live_instance(storage: WorkflowStore, instance_id: str) -> WorkflowInstanceRecord | None:
-    instance = storage.get_instance(UUID(instance_id))
+def _live_instance(
+    storage: WorkflowStore, instance_id: str, context: JobContext
+) -> WorkflowInstanceRecord | None:
+    """The instance as the worker read it with the claim, else as stored now."""
+    instance = context.instance
+    if instance is None or str(instance.id) != instance_id:
+        instance = storage.get_instance(UUID(instance_id))
     if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
         return None
     if not isinstance(instance.cursor, dict):

@@ -20,25 +20,27 @@ from millrace_django.contract import (
     PRE_ACTIVE_JOB_STATES,
     TERMINAL_INSTANCE_STATES,
     TERMINAL_JOB_STATES,
+    Admission,
     AttemptOutcome,
     BookmarkRecord,
     Capabilities,
     ClaimRequest,
-    InstanceState,
     FireOutcome,
+    InstanceState,
     JobAttempt,
     JobRecord,
     JobState,
     JobTransition,
-    ProgressReport,
     OverlapPolicy,
+    ProgressReport,
     RecurringRecord,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
     attempt_after,
-    oldest_kept_attempt,
     expired_reason,
+    oldest_kept_attempt,
     outcome_of,
+    running_by_scope,
     transition_problem,
 )
 from millrace_django.errors import (
@@ -136,7 +138,14 @@ class MemoryJobStore:
             ]
             candidates.sort(key=lambda job: (-job.priority, tables.seq[job.id]))
             claimed = []
-            for job in candidates[: request.max_count]:
+            admission: Admission | None = None
+            for job in candidates:
+                if len(claimed) == request.max_count:
+                    break
+                if job.limits:
+                    admission = admission or self._admission(tables, now)
+                    if not admission.admit(job.limits, holds_slot=job.state is JobState.PROCESSING):
+                        continue
                 if job.state is JobState.PROCESSING:
                     self._record_attempt(log, job, AttemptOutcome.INTERRUPTED, error=None, at=now)
                 leased = replace(
@@ -148,7 +157,23 @@ class MemoryJobStore:
                 )
                 log.put_job(job, leased)
                 claimed.append(leased)
+            if admission is not None:
+                for scope, starts in admission.recorded_starts().items():
+                    log.set(tables.limit_starts, scope, starts)
             return claimed
+
+    @staticmethod
+    def _admission(tables: Tables, now: datetime) -> Admission:
+        """The limits' state as the claim finds it: the scopes of the limited jobs
+        running (those in the ready index that are ``processing``), their recent starts."""
+        running = (tables.jobs[job_id] for job_id in tables.ready)
+        return Admission(
+            running_by_scope(
+                job.limits for job in running if job.limits and job.state is JobState.PROCESSING
+            ),
+            tables.limit_starts,
+            now,
+        )
 
     def _record_attempt(
         self,
@@ -301,6 +326,27 @@ class MemoryJobStore:
             self._cancel_awaiting_closure(log, job.id, now)
             return True
 
+    def expire_due(self, now: datetime, limit: int) -> int:
+        with self._atomic() as log:
+            tables = log.tables
+            expired = sorted(
+                (job.expires_at, tables.seq[job.id], job)
+                for job in tables.jobs.values()
+                if job.state in PRE_ACTIVE_JOB_STATES
+                and job.expires_at is not None
+                and job.expires_at <= now
+            )[: max(limit, 0)]
+            for deadline, _, job in expired:
+                ended = replace(
+                    job,
+                    state=JobState.CANCELLED,
+                    finished_at=now,
+                    last_error=expired_reason(deadline),
+                )
+                log.put_job(job, ended)
+                self._cancel_awaiting_closure(log, job.id, now)
+            return len(expired)
+
     def try_run_now(self, job_id: UUID) -> bool:
         with self._atomic() as log:
             job = log.tables.jobs.get(job_id)
@@ -325,27 +371,6 @@ class MemoryJobStore:
             for job in due[: max(limit, 0)]:
                 log.put_job(job, replace(job, state=JobState.ENQUEUED, due_at=None))
             return min(len(due), max(limit, 0))
-
-    def expire_due(self, now: datetime, limit: int) -> int:
-        with self._atomic() as log:
-            tables = log.tables
-            expired = sorted(
-                (job.expires_at, tables.seq[job.id], job)
-                for job in tables.jobs.values()
-                if job.state in PRE_ACTIVE_JOB_STATES
-                and job.expires_at is not None
-                and job.expires_at <= now
-            )[: max(limit, 0)]
-            for deadline, _, job in expired:
-                ended = replace(
-                    job,
-                    state=JobState.CANCELLED,
-                    finished_at=now,
-                    last_error=expired_reason(deadline),
-                )
-                log.put_job(job, ended)
-                self._cancel_awaiting_closure(log, job.id, now)
-            return len(expired)
 
     def purge_finished(self, before: datetime, limit: int) -> int:
         with self._atomic() as log:
@@ -420,6 +445,8 @@ class MemoryJobStore:
                     if same_schedule
                     else record.next_fire_time,
                     last_fire_time=stored.last_fire_time,
+                    fired_job_id=stored.fired_job_id,
+                    last_skip_time=stored.last_skip_time,
                     created_at=stored.created_at,
                 )
             log.set(log.tables.recurring, record.id, record)
@@ -450,8 +477,6 @@ class MemoryJobStore:
             due_jobs = (tables.jobs[job_id].due_at for job_id in tables.due)
             fire_times = (r.next_fire_time for r in tables.recurring.values())
             later = [t for t in (*due_jobs, *fire_times) if t is not None and t > after]
-                    fired_job_id=stored.fired_job_id,
-                    last_skip_time=stored.last_skip_time,
             return min(later, default=None)
 
     def try_fire_recurring(
@@ -509,6 +534,11 @@ class MemoryJobStore:
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         with self._reading() as tables:
             return tables.instances.get(instance_id)
+
+    def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
+        with self._reading() as tables:
+            stored = tables.instances
+            return {i: stored[i] for i in instance_ids if i in stored}
 
     def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
         with self._atomic() as log:

@@ -8,6 +8,7 @@ inside the caller's transaction and read "now" from the context's clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 from uuid import UUID
 
@@ -20,10 +21,13 @@ from millrace_django.contract import (
     JobState,
     JobTransition,
 )
+from millrace_django.models import Job
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, queries, tallies
 from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.limits import pick_limited
 from millrace_django.storage.orm.rows import job_record
+from millrace_django.storage.orm.workflows import checkpoint_many
 
 
 class HotPath(Protocol):
@@ -48,6 +52,16 @@ class HotPath(Protocol):
         semantics (see :func:`~millrace_django.storage.orm.inserts.insert_jobs`) and
         announce the enqueued ones; ``None`` when there is no such statement here (the
         portable path then runs)."""
+        ...
+
+    def checkpoint(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> list[bool | None]:
+        """Lock the jobs of ``transitions`` (workflow successes of distinct jobs and
+        instances, each carrying a checkpoint) whose fence holds, and set the checkpoints
+        of those whose instance is unfinished and at its expected revision. Per
+        transition: ``True`` (fenced, checkpoint set), ``None`` (fenced, its instance
+        moved on: nothing set) or ``False`` (fence lost)."""
         ...
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
@@ -78,40 +92,28 @@ class OrmHotPath:
         return None
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
+        """The limited lane first (so a backlog of plain jobs never starves limited
+        ones), then plain jobs for the room left."""
         now = ctx.clock.now()
-        limit = request.max_count
-        ready = list(queries.claim_candidates(ctx.jobs(), request.queues, limit))
-        expired = list(queries.expired_candidates(ctx.jobs(), request.queues, now, limit))
-        rows = sorted(ready + expired, key=lambda row: (-row.priority, row.seq))[:limit]
-        if not rows:
-            return []
-        history.record(
-            ctx,
-            [
-                history.EndedAttempt(
-                    row.seq, row.attempt, AttemptOutcome.INTERRUPTED, row.worker_id
-                )
-                for row in rows
-                if row.state == Code.PROCESSING
-            ],
-            now,
-        )
-        until = now + request.lease
-        ctx.jobs().filter(seq__in=[row.seq for row in rows]).update(
-            state=Code.PROCESSING,
-            worker_id=request.worker_id,
-            lease_until=until,
-            attempt=F("attempt") + 1,
-        )
+        rows = pick_limited(ctx, request.queues, now, request.max_count)
+        room = request.max_count - len(rows)
+        if room:
+            ready = list(queries.claim_candidates(ctx.jobs(), request.queues, now, room))
+            expired = list(queries.expired_candidates(ctx.jobs(), request.queues, now, room))
+            rows += sorted(ready + expired, key=lambda row: (-row.priority, row.seq))[:room]
+        return lease(ctx, rows, request, now)
+
+    def checkpoint(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> list[bool | None]:
+        fenced = set(queries.fenced_batch(ctx.jobs(), transitions).values_list("uuid", flat=True))
+        holding = [t.checkpoint for t in transitions if t.job_id in fenced]
+        moved = checkpoint_many(ctx, [c for c in holding if c is not None])
         return [
-            job_record(
-                row,
-                state=JobState.PROCESSING,
-                worker_id=request.worker_id,
-                lease_until=until,
-                attempt=row.attempt + 1,
-            )
-            for row in rows
+            (t.checkpoint is not None and t.checkpoint.instance.id in moved) or None
+            if t.job_id in fenced
+            else False
+            for t in transitions
         ]
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
@@ -143,3 +145,45 @@ def activate_continuations(ctx: OrmContext, parents: Sequence[UUID]) -> None:
             state=Code.ENQUEUED, due_at=None
         )
         ctx.tx.enqueued(queue for _, queue in woken)
+
+
+def claim_limited(ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
+    """The limited lane of a claim alone (see :mod:`.limits`), for a hot path whose plain
+    claim is a statement of its own; run in a transaction."""
+    now = ctx.clock.now()
+    return lease(ctx, pick_limited(ctx, request.queues, now, request.max_count), request, now)
+
+
+def lease(
+    ctx: OrmContext, rows: Sequence[Job], request: ClaimRequest, now: datetime
+) -> list[JobRecord]:
+    """Lease the locked ``rows`` to ``request``'s worker: an expired lease among them is
+    recorded as an interrupted attempt of its previous owner."""
+    if not rows:
+        return []
+    history.record(
+        ctx,
+        [
+            history.EndedAttempt(row.seq, row.attempt, AttemptOutcome.INTERRUPTED, row.worker_id)
+            for row in rows
+            if row.state == Code.PROCESSING
+        ],
+        now,
+    )
+    until = now + request.lease
+    ctx.jobs().filter(seq__in=[row.seq for row in rows]).update(
+        state=Code.PROCESSING,
+        worker_id=request.worker_id,
+        lease_until=until,
+        attempt=F("attempt") + 1,
+    )
+    return [
+        job_record(
+            row,
+            state=JobState.PROCESSING,
+            worker_id=request.worker_id,
+            lease_until=until,
+            attempt=row.attempt + 1,
+        )
+        for row in rows
+    ]

@@ -31,7 +31,7 @@ from millrace_django.contract import (
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import queries, tallies
+from millrace_django.storage.orm import queries, steps, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
@@ -104,8 +104,9 @@ class OrmJobs:
         return self._ctx.tx.write(lambda: apply_transition(self._ctx, transition))
 
     def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
-        """Plain successes are acknowledged together by the hot path; every other
-        transition (and any job named twice) follows, each in its own savepoint."""
+        """Plain successes are acknowledged together by the hot path, then workflow
+        steps together (:mod:`.steps`); every other transition (and any job named
+        twice) follows, each in its own savepoint."""
         outcomes: list[bool | StorageError | None] = [None] * len(transitions)
         named = Counter(t.job_id.int for t in transitions)  # an int hashes in C
         batched = [
@@ -125,10 +126,31 @@ class OrmJobs:
         rest = [position for position, outcome in enumerate(outcomes) if outcome is None]
         if rest:
             for position, outcome in self._ctx.tx.write(
-                lambda: self._apply_each(transitions, rest)
+                lambda: self._apply_rest(transitions, rest)
             ).items():
                 outcomes[position] = outcome
         return [outcome for outcome in outcomes if outcome is not None]
+
+    def _apply_rest(
+        self, transitions: Sequence[JobTransition], positions: Sequence[int]
+    ) -> dict[int, bool | StorageError]:
+        """The workflow steps together where they can be, then the others one by one,
+        in one transaction."""
+        outcomes: dict[int, bool | StorageError] = {}
+        batch = steps.batchable(transitions, positions)
+        if batch:
+            try:
+                results = self._ctx.tx.write(
+                    lambda: steps.apply_steps(self._ctx, [transitions[p] for p in batch])
+                )
+            except StorageError:
+                results = [None] * len(batch)  # rolled back: each is applied on its own
+            for position, result in zip(batch, results, strict=True):
+                if result is not None:
+                    outcomes[position] = result
+        left = [position for position in positions if position not in outcomes]
+        outcomes.update(self._apply_each(transitions, left))
+        return outcomes
 
     def _apply_each(
         self, transitions: Sequence[JobTransition], positions: Sequence[int]
@@ -209,28 +231,6 @@ class OrmJobs:
 
         return self._ctx.tx.write(cancel)
 
-    def try_run_now(self, job_id: UUID) -> bool:
-        def run_now() -> bool:
-            row = (
-                self._ctx.jobs()
-                .select_for_update()
-                .filter(uuid=job_id, state=Code.FAILED)
-                .values_list("seq", "queue")
-                .first()
-            )
-            if row is None:
-                return False
-            seq, queue = row
-            self._ctx.jobs().filter(seq=seq, state=Code.FAILED).update(
-                state=Code.ENQUEUED, due_at=None
-            )
-            self._ctx.tx.enqueued([queue])
-            return True
-
-        return self._ctx.tx.write(run_now)
-
-    def get_job(self, job_id: UUID) -> JobRecord | None:
-        row = self._ctx.tx.read(lambda: self._ctx.jobs().filter(uuid=job_id).first())
     def expire_due(self, now: datetime, limit: int) -> int:
         if limit <= 0:
             return 0
@@ -254,6 +254,28 @@ class OrmJobs:
 
         return self._ctx.tx.write(expire)
 
+    def try_run_now(self, job_id: UUID) -> bool:
+        def run_now() -> bool:
+            row = (
+                self._ctx.jobs()
+                .select_for_update()
+                .filter(uuid=job_id, state=Code.FAILED)
+                .values_list("seq", "queue")
+                .first()
+            )
+            if row is None:
+                return False
+            seq, queue = row
+            self._ctx.jobs().filter(seq=seq, state=Code.FAILED).update(
+                state=Code.ENQUEUED, due_at=None
+            )
+            self._ctx.tx.enqueued([queue])
+            return True
+
+        return self._ctx.tx.write(run_now)
+
+    def get_job(self, job_id: UUID) -> JobRecord | None:
+        row = self._ctx.tx.read(lambda: self._ctx.jobs().filter(uuid=job_id).first())
         return job_record(row) if row is not None else None
 
     def activate_due(self, now: datetime, limit: int) -> int:
@@ -417,6 +439,7 @@ class OrmJobs:
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         if limit <= 0:
             return []
+        held = Q(overlap=OverlapPolicy.QUEUE.value) & queries.previous_running(self._ctx.jobs())
         rows = self._ctx.tx.read(
             lambda: list(
                 self._ctx.recurring()
@@ -439,7 +462,6 @@ class OrmJobs:
 
         return self._ctx.tx.read(soonest)
 
-        held = Q(overlap=OverlapPolicy.QUEUE.value) & queries.previous_running(self._ctx.jobs())
     def try_fire_recurring(
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
     ) -> FireOutcome:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from itertools import batched
@@ -30,16 +32,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
     ATTEMPT_HISTORY_CAP,
+    TERMINAL_INSTANCE_STATES,
     ClaimRequest,
     JobRecord,
     JobState,
     JobTransition,
     Limit,
     RetrySpec,
+    WorkflowCheckpoint,
     limits_json,
 )
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import (
+    INSTANCE_STATE_CODES,
     JOB_STATE_CODES,
     AttemptOutcomeCode,
     FinishedMinute,
@@ -48,11 +53,13 @@ from millrace_django.models import (
     PausedQueue,
     Tally,
     TallySubject,
+    WorkflowInstance,
     job_codes,
 )
 from millrace_django.models import JobStateCode as Code
+from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.hotpath import OrmHotPath
+from millrace_django.storage.orm.hotpath import OrmHotPath, claim_limited
 from millrace_django.storage.orm.rows import (
     JobRowReader,
     active_scope,
@@ -78,6 +85,7 @@ _ATTEMPTS = _q(JobAttempt._meta.db_table)
 _PAUSED = _q(PausedQueue._meta.db_table)
 _TALLIES = _q(Tally._meta.db_table)
 _MINUTES = _q(FinishedMinute._meta.db_table)
+_INSTANCES = _q(WorkflowInstance._meta.db_table)
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
@@ -293,12 +301,19 @@ def _rows_of(cursor: Any, trailing: int) -> list[tuple[Any, ...]]:
 # expired leases (millrace_job_leased, by lease_until: few rows). The top LIMIT of both
 # are leased; the rest stay locked until the statement's transaction ends. All CTEs see
 # one snapshot; RETURNING order is unspecified, hence the final ORDER BY. A paused queue
-# (a row of millrace_paused_queue, probed by primary key) contributes nothing.
+# (a row of millrace_paused_queue, probed by primary key) contributes nothing, nor does
+# an enqueued job past its deadline (the scheduler's sweep ends it). Jobs that carry
+# limits are not read (NOT limited: the plain lane of millrace_job_ready): the limited
+# claim takes them (limits.py). The statement only says, in a last row of its own
+# (waiting = true), whether any such job waits in these queues, so that the next claim
+# knows to run the limited claim: an index probe each.
+_UNEXPIRED = "(expires_at IS NULL OR expires_at > %(now)s)"
 _READY_ONE_QUEUE = f"""
     SELECT seq, priority, attempt, worker_id, false AS expired
     FROM {_JOBS}
-    WHERE queue = %(queue)s AND state = {Code.ENQUEUED}
+    WHERE queue = %(queue)s AND state = {Code.ENQUEUED} AND NOT limited
       AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = %(queue)s)
+      AND {_UNEXPIRED}
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED"""
@@ -310,7 +325,7 @@ _READY_QUEUES = f"""
     CROSS JOIN LATERAL (
         SELECT seq, priority, attempt, worker_id, false AS expired
         FROM {_JOBS}
-        WHERE queue = q.name AND state = {Code.ENQUEUED}
+        WHERE queue = q.name AND state = {Code.ENQUEUED} AND NOT limited AND {_UNEXPIRED}
         ORDER BY priority DESC, seq
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -321,6 +336,7 @@ WITH ready AS ({{ready}}
     SELECT seq, priority, attempt, worker_id, true AS expired
     FROM {_JOBS}
     WHERE state = {Code.PROCESSING} AND lease_until <= %(now)s AND {{queue_test}}
+      AND NOT limited
       AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = {_JOBS}.queue)
     ORDER BY priority DESC, seq
     LIMIT %(limit)s
@@ -349,8 +365,21 @@ WITH ready AS ({{ready}}
     USING picked
     WHERE picked.expired AND a.job_id = picked.seq
       AND a.attempt < picked.prior_attempt - {ATTEMPT_HISTORY_CAP - 1}
+), waiting AS (
+    SELECT EXISTS (
+        SELECT FROM {_JOBS}
+        WHERE state = {Code.ENQUEUED} AND limited AND {{queue_test}}
+          AND NOT EXISTS (SELECT FROM {_PAUSED} AS p WHERE p.queue = {_JOBS}.queue)
+    ) OR EXISTS (
+        SELECT FROM {_JOBS}
+        WHERE state = {Code.PROCESSING} AND limited AND lease_until <= %(now)s
+          AND {{queue_test}}
+    ) AS found
 )
-SELECT * FROM leased ORDER BY priority DESC, seq
+SELECT *, false AS waiting FROM leased
+UNION ALL
+SELECT {", ".join(["NULL"] * (len(_CLAIMED.columns) + 1))}, true FROM waiting WHERE found
+ORDER BY waiting, priority DESC, seq
 """
 _CLAIM_PARAMETERS = {"limit": "integer", "now": "timestamptz", "worker": "text"}
 _CLAIM_ONE_QUEUE = _Statement(
@@ -445,6 +474,54 @@ WITH woken AS (
 SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) AS q
 """,
     {"parents": "uuid[]", "channel": "text"},
+)
+
+# Workflow steps' checkpoints (storage/orm/steps.py): the jobs whose fence holds are
+# locked, and the instances of those that are unfinished and at their expected revision
+# replaced, in one statement; each row answers a transition by number: fenced, and
+# whether its instance moved (with what the counts of an instance ending there need).
+_CHECKPOINT = _Statement(
+    "checkpoint",
+    f"""
+WITH fenced AS (
+    SELECT t.n FROM {_JOBS} AS j
+    JOIN unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[])
+         WITH ORDINALITY AS t (uuid, worker_id, attempt, n)
+      ON j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
+    WHERE j.state = {Code.PROCESSING}
+    FOR UPDATE OF j
+), moved AS (
+    UPDATE {_INSTANCES} AS i
+    SET definition_id = c.definition_id, definition_version = c.definition_version,
+        state = c.state, data = c.data, cursor = c.cursor, revision = c.expected + 1,
+        tenant_id = c.tenant_id, created_at = c.created_at, updated_at = c.updated_at
+    FROM unnest(%(instances)s::uuid[], %(expected)s::bigint[], %(definitions)s::text[],
+                %(versions)s::integer[], %(states)s::smallint[], %(data)s::jsonb[],
+                %(cursors)s::jsonb[], %(tenants)s::text[], %(created)s::timestamptz[],
+                %(updated)s::timestamptz[])
+         WITH ORDINALITY AS c (id, expected, definition_id, definition_version, state, data,
+                               cursor, tenant_id, created_at, updated_at, n)
+    JOIN fenced AS f ON f.n = c.n
+    WHERE i.id = c.id AND i.revision = c.expected
+      AND i.state NOT IN ({", ".join(map(str, sorted(tallies.TERMINAL_INSTANCE_CODES)))})
+    RETURNING c.n
+)
+SELECT f.n, m.n IS NOT NULL FROM fenced AS f LEFT JOIN moved AS m ON m.n = f.n""",
+    {
+        "ids": "uuid[]",
+        "workers": "text[]",
+        "attempts": "integer[]",
+        "instances": "uuid[]",
+        "expected": "bigint[]",
+        "definitions": "text[]",
+        "versions": "integer[]",
+        "states": "smallint[]",
+        "data": "jsonb[]",
+        "cursors": "jsonb[]",
+        "tenants": "text[]",
+        "created": "timestamptz[]",
+        "updated": "timestamptz[]",
+    },
 )
 
 
@@ -627,6 +704,28 @@ def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> 
     }
 
 
+def checkpoint_parameters(
+    transitions: Sequence[JobTransition], checkpoints: Sequence[WorkflowCheckpoint]
+) -> dict[str, Any]:
+    """The parameters of :data:`_CHECKPOINT`: each transition's fence and checkpoint."""
+    instances = [c.instance for c in checkpoints]
+    return {
+        "ids": _uuid_array([t.job_id for t in transitions]),
+        "workers": _quoted_array([t.expected_worker_id for t in transitions]),
+        "attempts": _plain_array([t.expected_attempt for t in transitions]),
+        "instances": _uuid_array([i.id for i in instances]),
+        "expected": _plain_array([c.expected_revision for c in checkpoints]),
+        "definitions": _quoted_array([i.definition_id for i in instances]),
+        "versions": _plain_array([i.definition_version for i in instances]),
+        "states": _plain_array([INSTANCE_STATE_CODES[i.state] for i in instances]),
+        "data": _quoted_array([_encode_json(i.data) for i in instances]),
+        "cursors": _quoted_array([_encode_json(i.cursor) for i in instances]),
+        "tenants": _quoted_array([i.tenant_id for i in instances]),
+        "created": _plain_array([i.created_at.isoformat() for i in instances]),
+        "updated": _plain_array([i.updated_at.isoformat() for i in instances]),
+    }
+
+
 # -- the hot path ----------------------------------------------------------------------
 
 
@@ -647,6 +746,8 @@ class PostgresHotPath:
     def __init__(self, *, several_statements: bool = True, prepare: bool = True) -> None:
         self.several_statements = several_statements
         self.prepare = prepare and several_statements
+        self._limited_waiting: dict[frozenset[str], bool] = {}
+        """Per set of queues claimed: whether the last claim saw limited jobs waiting."""
 
     def complete_is_one_statement(
         self, ctx: OrmContext, transitions: Sequence[JobTransition]
@@ -719,6 +820,27 @@ class PostgresHotPath:
     # -- claim --------------------------------------------------------------------------
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
+        """Limited jobs first, in a transaction of their own, when the last claim of these
+        queues saw some waiting (or none was made yet); then the one plain statement for
+        the room left, which says whether limited jobs wait; if they do and this claim has
+        not looked yet, the limited claim follows at once (no poll's delay)."""
+        looked = self._limited_waiting.get(request.queues, True)
+        claimed = ctx.tx.write(lambda: claim_limited(ctx, request)) if looked else []
+        room = request.max_count - len(claimed)
+        if not room:
+            return claimed
+        plain, waiting = self._claim_plain(ctx, replace(request, max_count=room))
+        self._limited_waiting[request.queues] = waiting
+        claimed += plain
+        room -= len(plain)
+        if waiting and not looked and room:
+            more = replace(request, max_count=room)
+            claimed += ctx.tx.write(lambda: claim_limited(ctx, more))
+        return claimed
+
+    def _claim_plain(self, ctx: OrmContext, request: ClaimRequest) -> tuple[list[JobRecord], bool]:
+        """The jobs without limits the claim statement leased, and whether jobs with
+        limits wait in the queues."""
         now = ctx.clock.now()
         params: dict[str, Any] = {
             "limit": request.max_count,
@@ -733,6 +855,9 @@ class PostgresHotPath:
             params["queues"] = _quoted_array(sorted(request.queues))
             statement = _CLAIM_QUEUES
         rows = self._run(connections[ctx.alias], statement, params)
+        waiting = bool(rows) and rows[-1][-1] is True
+        if waiting:
+            rows.pop()
         read = _CLAIMED.read
         known = {
             "state": JobState.PROCESSING,
@@ -741,7 +866,7 @@ class PostgresHotPath:
             "finished_at": None,
             "result": None,
         }
-        return [read(row, known) for row in rows]
+        return [read(row, known) for row in rows], waiting
 
     # -- acknowledgement ----------------------------------------------------------------
 
@@ -760,6 +885,27 @@ class PostgresHotPath:
         rows = self._run(connection, _COMPLETE, params, before, wake)
         won = {n for (n,) in rows}
         return [n in won for n in range(1, len(transitions) + 1)]
+
+    def checkpoint(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> list[bool | None]:
+        checkpoints = [t.checkpoint for t in transitions if t.checkpoint is not None]
+        assert len(checkpoints) == len(transitions), "a step without its checkpoint"
+        connection = connections[ctx.alias]
+        rows = self._run(connection, _CHECKPOINT, checkpoint_parameters(transitions, checkpoints))
+        answers: list[bool | None] = [False] * len(transitions)
+        ended: Counter[Any] = Counter()
+        for n, moved in rows:
+            answers[n - 1] = True if moved else None
+            instance = checkpoints[n - 1].instance
+            if moved and instance.state in TERMINAL_INSTANCE_STATES:
+                code = INSTANCE_STATE_CODES[instance.state]
+                ended.update(
+                    tallies.instance_ended(code, instance.definition_id, instance.tenant_id)
+                )
+        if ended:
+            ctx.tx.tally(ended)
+        return answers
 
     # -- enqueue ------------------------------------------------------------------------
 

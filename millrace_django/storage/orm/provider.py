@@ -232,6 +232,9 @@ class DjangoStorage:
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         return self._workflows.get_instance(instance_id)
 
+    def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
+        return self._workflows.get_instances(instance_ids)
+
     def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
         self._workflows.update_instance(instance, expected_revision)
 

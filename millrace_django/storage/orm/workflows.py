@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError
+from django.db.models import Case, Value, When
 
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
@@ -16,10 +17,11 @@ from millrace_django.contract import (
     BookmarkRecord,
     InstanceState,
     JobRecord,
+    WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
 from millrace_django.errors import ConcurrencyConflict, StorageError
-from millrace_django.models import INSTANCE_STATE_CODES, job_codes
+from millrace_django.models import INSTANCE_STATE_CODES, WorkflowInstance, job_codes
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries, tallies
 from millrace_django.storage.orm.context import OrmContext
@@ -34,6 +36,7 @@ from millrace_django.storage.orm.rows import (
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _PRE_ACTIVE = job_codes(PRE_ACTIVE_JOB_STATES)
 _TERMINAL_INSTANCE = [INSTANCE_STATE_CODES[s] for s in TERMINAL_INSTANCE_STATES]
+_INSTANCE_FIELDS = {field.name: field for field in WorkflowInstance._meta.concrete_fields}
 
 
 def checkpoint(ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
@@ -44,13 +47,11 @@ def checkpoint(ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revis
     which only counts an instance that ends here), and only if that finds nothing is the
     row read (locked) to tell a stale revision from a finished instance rewritten (rare),
     whose count then moves to its new state, finished or not."""
+    if checkpoint_unfinished(ctx, instance, expected_revision):
+        return
     stored = ctx.instances().filter(id=instance.id, revision=expected_revision)
     fields = instance_fields(instance, expected_revision + 1)
     state = fields["state"]
-    if stored.exclude(state__in=_TERMINAL_INSTANCE).update(**fields):
-        if state in tallies.TERMINAL_INSTANCE_CODES:
-            ctx.tx.tally(tallies.instance_ended(state, instance.definition_id, instance.tenant_id))
-        return
     was = stored.select_for_update().values_list("state", "definition_id", "tenant_id").first()
     if was is None:
         raise ConcurrencyConflict(
@@ -63,6 +64,65 @@ def checkpoint(ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revis
     if was[0] in tallies.TERMINAL_INSTANCE_CODES:
         change.subtract(tallies.instance_ended(*was))
     ctx.tx.tally(change)
+
+
+def checkpoint_unfinished(
+    ctx: OrmContext, instance: WorkflowInstanceRecord, expected_revision: int
+) -> bool:
+    """Replace the instance iff it is unfinished and still at ``expected_revision``
+    (counting it if it ends here); ``False`` if it is not (nothing written)."""
+    fields = instance_fields(instance, expected_revision + 1)
+    stored = ctx.instances().filter(id=instance.id, revision=expected_revision)
+    if not stored.exclude(state__in=_TERMINAL_INSTANCE).update(**fields):
+        return False
+    state = fields["state"]
+    if state in tallies.TERMINAL_INSTANCE_CODES:
+        ctx.tx.tally(tallies.instance_ended(state, instance.definition_id, instance.tenant_id))
+    return True
+
+
+def checkpoint_many(ctx: OrmContext, checkpoints: Sequence[WorkflowCheckpoint]) -> set[UUID]:
+    """:func:`checkpoint_unfinished` for checkpoints of distinct instances, in two
+    statements: the instances are read and locked, and those unfinished and at their
+    expected revision are replaced by one ``UPDATE``. Returns their ids."""
+    wanted = {c.instance.id: c for c in checkpoints}
+    stored = (
+        ctx.instances()
+        .select_for_update()
+        .filter(id__in=list(wanted))
+        .values_list("id", "revision", "state")
+    )
+    won = {
+        instance_id: wanted[instance_id]
+        for instance_id, revision, state in stored
+        if revision == wanted[instance_id].expected_revision and state not in _TERMINAL_INSTANCE
+    }
+    if not won:
+        return set()
+    rows = {i: instance_fields(c.instance, c.expected_revision + 1) for i, c in won.items()}
+    columns = next(iter(rows.values())).keys()
+    ctx.instances().filter(id__in=list(won)).update(
+        **{column: _per_instance(rows, column) for column in columns}
+    )
+    ended: Counter[Any] = Counter()
+    for fields in rows.values():
+        if fields["state"] in tallies.TERMINAL_INSTANCE_CODES:
+            ended.update(
+                tallies.instance_ended(
+                    fields["state"], fields["definition_id"], fields["tenant_id"]
+                )
+            )
+    if ended:
+        ctx.tx.tally(ended)
+    return set(won)
+
+
+def _per_instance(rows: dict[UUID, dict[str, Any]], column: str) -> Case:
+    field = _INSTANCE_FIELDS[column]
+    whens = [
+        When(id=i, then=Value(fields[column], output_field=field)) for i, fields in rows.items()
+    ]
+    return Case(*whens, output_field=field)
 
 
 class OrmWorkflows:
@@ -98,6 +158,14 @@ class OrmWorkflows:
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         row = self._ctx.tx.read(lambda: self._ctx.instances().filter(id=instance_id).first())
         return instance_record(row) if row is not None else None
+
+    def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
+        if not instance_ids:
+            return {}
+        rows = self._ctx.tx.read(
+            lambda: list(self._ctx.instances().filter(id__in=list(instance_ids)))
+        )
+        return {row.id: instance_record(row) for row in rows}
 
     def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
         self._ctx.tx.write(lambda: checkpoint(self._ctx, instance, expected_revision))
