@@ -52,8 +52,8 @@ def batch(
 
 def upsert_recurring(recurring_id: str, job: JobLike, /, **options: Any) -> None:
     """Create or update a cron definition (``cron=``, ``timezone=``, ``queue=``,
-    ``priority=``, ``retry=``, ``args=``, ``kwargs=``); redeploying the same cron keeps
-    its schedule."""
+    ``priority=``, ``retry=``, ``args=``, ``kwargs=``, ``overlap=``); redeploying the same
+    cron keeps its schedule."""
     default_client().upsert_recurring(recurring_id, job, **options)
 
 

@@ -21,6 +21,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobStorage,
+    OverlapPolicy,
     RecurringRecord,
     RetrySpec,
 )
@@ -41,6 +42,7 @@ from millrace_django.engine.errors import (
     JobNotFinished,
     UnknownQueue,
 )
+from millrace_django.engine.expiry import Expiry, deadline, expiry_of
 from millrace_django.engine.invocation import capture
 from millrace_django.engine.recurring import occurrence
 from millrace_django.engine.registry import (
@@ -56,8 +58,9 @@ from millrace_django.engine.tenancy import current_tenant
 from millrace_django.ids import id_at, new_id
 from millrace_django.observability.telemetry import publish
 
-type _Resolved = tuple[JobDefinition[..., Any], Mapping[str, Any]]
-"""A job's definition, and the record fields its options give (:meth:`JobClient._resolve`)."""
+type _Resolved = tuple[JobDefinition[..., Any], Mapping[str, Any], Expiry | None]
+"""A job's definition, the record fields its options give, and its options' deadline
+(:meth:`JobClient._resolve`)."""
 
 
 class JobClient:
@@ -76,14 +79,25 @@ class JobClient:
     # -- creating jobs --------------------------------------------------------------------
 
     def enqueue(
-        self, job: JobLike, /, *args: Any, idempotency_key: str | None = None, **kwargs: Any
+        self,
+        job: JobLike,
+        /,
+        *args: Any,
+        idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
+        **kwargs: Any,
     ) -> UUID:
         """Store a job to run as soon as a worker is free.
 
         Returns its id, or the id of the active job already holding
-        ``idempotency_key`` in the ambient tenant (then nothing is stored).
+        ``idempotency_key`` in the ambient tenant (then nothing is stored). With
+        ``expires`` (seconds or a ``timedelta`` from now, or an aware datetime), a job
+        not started by then ends ``cancelled`` without running (see
+        :mod:`~millrace_django.engine.expiry`).
         """
-        record = self.build(job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key)
+        record = self.build(
+            job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key, expires=expires
+        )
         return self.store([record])[0]
 
     def schedule(
@@ -94,13 +108,21 @@ class JobClient:
         delay: timedelta | None = None,
         at: datetime | None = None,
         idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
         **kwargs: Any,
     ) -> UUID:
         """Store a job due after ``delay`` or at the aware datetime ``at`` (a past ``at``
-        is allowed: the job is due at once)."""
+        is allowed: the job is due at once). A delay given as ``expires`` counts from
+        the due time; an instant must come after it."""
         due_at = self.due_at(delay=delay, at=at)
         record = self.build(
-            job, args, kwargs, state=JobState.SCHEDULED, key=idempotency_key, due_at=due_at
+            job,
+            args,
+            kwargs,
+            state=JobState.SCHEDULED,
+            key=idempotency_key,
+            due_at=due_at,
+            expires=expires,
         )
         return self.store([record])[0]
 
@@ -111,15 +133,23 @@ class JobClient:
         /,
         *args: Any,
         idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
         **kwargs: Any,
     ) -> UUID:
         """Store a job that runs once ``parent_id`` succeeds; if the parent ends dead or
         cancelled, this one is cancelled. A missing parent raises
-        :class:`~millrace_django.errors.ParentJobNotFound`."""
+        :class:`~millrace_django.errors.ParentJobNotFound`. A delay given as ``expires``
+        counts from now (when the parent ends is unknown)."""
         if not isinstance(parent_id, UUID):
             raise TypeError(f"parent_id must be a job id (UUID); got {parent_id!r}")
         record = self.build(
-            job, args, kwargs, state=JobState.AWAITING, key=idempotency_key, parent_id=parent_id
+            job,
+            args,
+            kwargs,
+            state=JobState.AWAITING,
+            key=idempotency_key,
+            parent_id=parent_id,
+            expires=expires,
         )
         return self.store([record])[0]
 
@@ -161,12 +191,16 @@ class JobClient:
         retry: RetrySpec | None = None,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
+        overlap: OverlapPolicy | str = OverlapPolicy.ALLOW,
     ) -> None:
         """Create or update a cron definition.
 
         The function's arguments go in ``args``/``kwargs`` so they never collide with
         these options. Re-upserting the same schedule keeps the pending fire time (safe
-        to call at every deploy); a changed schedule fires next after now.
+        to call at every deploy); a changed schedule fires next after now. ``overlap``
+        says what an occurrence does while the job of the previous one is still active:
+        ``"allow"`` (run anyway), ``"skip"`` (drop it) or ``"queue"`` (fire it once
+        that job ends); see :class:`~millrace_django.contract.OverlapPolicy`.
         """
         if not isinstance(recurring_id, str) or not recurring_id.strip():
             raise ValueError(f"a recurring id must be a non-blank string; got {recurring_id!r}")
@@ -179,6 +213,9 @@ class JobClient:
             raise ValueError("a recurring job's timeout comes from @job(timeout=...)")
         if isinstance(job, ConfiguredJob) and job.options.hard_timeout is not None:
             raise ValueError("a recurring job's hard timeout comes from @job(hard_timeout=...)")
+        if isinstance(job, ConfiguredJob) and job.options.expires is not None:
+            raise ValueError("a recurring job's deadline comes from @job(expires=...)")
+        policy = _overlap_policy(overlap)
         options = JobOptions(queue=queue, priority=priority, retry=retry).over(options)
         schedule = CronSchedule.parse(cron, timezone)
         now = self.clock.now()
@@ -202,6 +239,7 @@ class JobClient:
             retry=options.retry_policy(self.config.default_retry),
             priority=options.priority or 0,
             tenant_id=current_tenant(),
+            overlap=policy,
         )
         self.storage.upsert_recurring(record)
 
@@ -240,7 +278,8 @@ class JobClient:
         """Run a finished job again as a new job, linked by ``requeued_from``.
 
         The copy keeps queue, priority, arguments, retry, timeouts, idempotency key,
-        tenant and recurring id; it drops the continuation parent and workflow links.
+        tenant and recurring id; it drops the continuation parent, the workflow links
+        and the deadline (the operator asks for a run now).
         Only succeeded, dead or cancelled jobs qualify (``failed`` is refused: its own
         retry is still pending, and both would run). ``None`` for an unknown id.
         """
@@ -283,11 +322,14 @@ class JobClient:
         key: str | None,
         due_at: datetime | None = None,
         parent_id: UUID | None = None,
+        expires: Expiry | float | None = None,
     ) -> JobRecord:
-        """A validated new job record (nothing is written)."""
-        definition, fields = self._resolve(job, key)
+        """A validated new job record (nothing is written). The deadline is ``expires``
+        (else the job's options'), counted from ``due_at`` or now."""
+        definition, fields, default_expiry = self._resolve(job, key)
         invocation = capture(definition, args, kwargs, max_bytes=self.config.max_arguments_bytes)
         now = self.clock.now()
+        expiry = default_expiry if expires is None else expiry_of(expires)
         return JobRecord.from_values(
             dict(
                 fields,
@@ -298,6 +340,7 @@ class JobClient:
                 due_at=due_at,
                 tenant_id=current_tenant(),
                 parent_id=parent_id,
+                expires_at=deadline(expiry, due_at or now),
             )
         )
 
@@ -323,9 +366,10 @@ class JobClient:
             "hard_timeout": options.hard_timeout,
             "idempotency_key": options.idempotency_key,
         }
+        resolved = (definition, fields, options.expires)
         if key is None:
-            self._last_resolved = (job, (definition, fields))
-        return definition, fields
+            self._last_resolved = (job, resolved)
+        return resolved
 
     def queue(self, name: str | None) -> str:
         """``name`` (or the default queue) if some node claims from it."""
@@ -354,6 +398,15 @@ class JobClient:
                 "(for example with tzinfo=datetime.UTC)"
             )
         return at.astimezone(UTC)
+
+
+def _overlap_policy(value: OverlapPolicy | str) -> OverlapPolicy:
+    """``value`` as an overlap policy (its name as text will do), or a clear error."""
+    try:
+        return OverlapPolicy(value)
+    except ValueError:
+        names = ", ".join(repr(policy.value) for policy in OverlapPolicy)
+        raise ValueError(f"overlap must be one of {names}; got {value!r}") from None
 
 
 class Batch:
@@ -463,11 +516,19 @@ class Batch:
         )
 
     def enqueue(
-        self, job: JobLike, /, *args: Any, idempotency_key: str | None = None, **kwargs: Any
+        self,
+        job: JobLike,
+        /,
+        *args: Any,
+        idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
+        **kwargs: Any,
     ) -> int:
         """Add a job to enqueue; returns its position in :attr:`ids`."""
         return self._add(
-            self._client.build(job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key)
+            self._client.build(
+                job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key, expires=expires
+            )
         )
 
     def schedule(
@@ -478,13 +539,20 @@ class Batch:
         delay: timedelta | None = None,
         at: datetime | None = None,
         idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
         **kwargs: Any,
     ) -> int:
         """Add a job to schedule; returns its position in :attr:`ids`."""
         due_at = self._client.due_at(delay=delay, at=at)
         return self._add(
             self._client.build(
-                job, args, kwargs, state=JobState.SCHEDULED, key=idempotency_key, due_at=due_at
+                job,
+                args,
+                kwargs,
+                state=JobState.SCHEDULED,
+                key=idempotency_key,
+                due_at=due_at,
+                expires=expires,
             )
         )
 

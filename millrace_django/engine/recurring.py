@@ -1,7 +1,9 @@
 """Turning a recurring definition into jobs: shared by the client's trigger and the scheduler.
 
 Fired jobs copy the definition's queue, priority, retry and tenant, carry its id as
-provenance, and take no idempotency key (the definition's id is its identity).
+provenance, and take no idempotency key (the definition's id is its identity). Their
+timeouts and deadline come from the job's ``@job`` options (a deadline counts from the
+fire).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from datetime import UTC, datetime
 from millrace_django.clock import Clock
 from millrace_django.contract import JobRecord, JobState, RecurringRecord
 from millrace_django.engine.cron import CronSchedule
+from millrace_django.engine.expiry import deadline
 from millrace_django.engine.invocation import find
 from millrace_django.ids import new_id
 
@@ -20,19 +23,21 @@ FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 def occurrence(record: RecurringRecord, clock: Clock) -> JobRecord:
     """An ``enqueued`` job for one occurrence of ``record``."""
-    definition = find(record.invocation.target)  # the timeouts live on the definition
+    definition = find(record.invocation.target)  # the timeouts and deadline live there
+    now = clock.now()
     return JobRecord(
         id=new_id(clock),
         queue=record.queue,
         invocation=record.invocation,
         state=JobState.ENQUEUED,
-        created_at=clock.now(),
+        created_at=now,
         priority=record.priority,
         retry=record.retry,
         timeout=definition.options.timeout if definition is not None else None,
         hard_timeout=definition.options.hard_timeout if definition is not None else None,
         tenant_id=record.tenant_id,
         recurring_id=record.id,
+        expires_at=deadline(definition.options.expires, now) if definition is not None else None,
     )
 
 

@@ -5,10 +5,10 @@ plain function reachable by import: nested functions, lambdas and methods are re
 at decoration, not when the worker fails to find them at 3 a.m.
 
 Option naming: the user's arguments pass through ``enqueue``/``schedule`` untouched
-except three reserved keywords, ``idempotency_key``, ``delay`` and ``at``. A job function
-may not declare parameters with those names (refused at decoration). Every other option
-(queue, priority, retry, timeout, and the key as well) goes through
-``fn.using(...)``, which never mixes with the function's arguments.
+except four reserved keywords, ``idempotency_key``, ``expires``, ``delay`` and ``at``. A
+job function may not declare parameters with those names (refused at decoration). Every
+other option (queue, priority, retry, timeout, and the key and deadline as well) goes
+through ``fn.using(...)``, which never mixes with the function's arguments.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from asgiref.sync import sync_to_async
 from millrace_django.contract import RetrySpec
 from millrace_django.engine import current
 from millrace_django.engine.errors import InvalidJobDefinition
+from millrace_django.engine.expiry import Expiry, expiry_of
 from millrace_django.engine.retry import (
     ExceptionClasses,
     exception_classes,
@@ -39,7 +40,7 @@ from millrace_django.engine.retry import (
 CONTEXT_PARAMETER = "context"
 """A parameter with this name receives the :class:`~millrace_django.engine.JobContext`."""
 
-RESERVED_PARAMETERS = frozenset({"idempotency_key", "delay", "at"})
+RESERVED_PARAMETERS = frozenset({"idempotency_key", "expires", "delay", "at"})
 """Keywords ``enqueue``/``schedule`` keep for themselves."""
 
 FITTING_SHAPES = 64
@@ -74,6 +75,9 @@ class JobOptions:
     idempotency_key: str | None = None
     hard_timeout: timedelta | None = None
     """Seconds (or a ``timedelta``) after which the job's child process is killed."""
+    expires: Expiry | None = None
+    """The job's deadline: seconds or a ``timedelta`` from when it is due, or an aware
+    instant (see :mod:`millrace_django.engine.expiry`)."""
     retry_on: tuple[type[BaseException], ...] | None = None
     give_up_on: tuple[type[BaseException], ...] | None = None
 
@@ -92,6 +96,8 @@ class JobOptions:
             raise ValueError(f"timeout must be a positive timedelta; got {self.timeout!r}")
         if self.hard_timeout is not None:
             object.__setattr__(self, "hard_timeout", _positive_span(self.hard_timeout))
+        if self.expires is not None:
+            object.__setattr__(self, "expires", expiry_of(self.expires))
         for option in ("retry_on", "give_up_on"):
             value = getattr(self, option)
             if value is not None:
@@ -120,11 +126,22 @@ class _Submits:
 
     __slots__ = ()
 
-    def enqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
+    def enqueue(
+        self,
+        *args: Any,
+        idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
+        **kwargs: Any,
+    ) -> UUID:
         """Store a run now (via the default client); returns the job id, or the id of the
-        active job already holding ``idempotency_key`` in this tenant."""
+        active job already holding ``idempotency_key`` in this tenant. A job with a
+        deadline (``expires``) that has not started by then ends without running."""
         return current.default_client().enqueue(
-            cast("JobLike", self), *args, idempotency_key=idempotency_key, **kwargs
+            cast("JobLike", self),
+            *args,
+            idempotency_key=idempotency_key,
+            expires=expires,
+            **kwargs,
         )
 
     def schedule(
@@ -133,15 +150,18 @@ class _Submits:
         delay: timedelta | None = None,
         at: datetime | None = None,
         idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
         **kwargs: Any,
     ) -> UUID:
-        """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one)."""
+        """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one); a
+        delay given as ``expires`` counts from then."""
         return current.default_client().schedule(
             cast("JobLike", self),
             *args,
             delay=delay,
             at=at,
             idempotency_key=idempotency_key,
+            expires=expires,
             **kwargs,
         )
 
@@ -149,10 +169,16 @@ class _Submits:
     # ``aenqueue``): on the one thread that serves thread-sensitive work, so the storage
     # reuses its database connection instead of opening one per call.
 
-    async def aenqueue(self, *args: Any, idempotency_key: str | None = None, **kwargs: Any) -> UUID:
+    async def aenqueue(
+        self,
+        *args: Any,
+        idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
+        **kwargs: Any,
+    ) -> UUID:
         """:meth:`enqueue` from async code."""
         return await sync_to_async(self.enqueue, thread_sensitive=True)(
-            *args, idempotency_key=idempotency_key, **kwargs
+            *args, idempotency_key=idempotency_key, expires=expires, **kwargs
         )
 
     async def aschedule(
@@ -161,11 +187,12 @@ class _Submits:
         delay: timedelta | None = None,
         at: datetime | None = None,
         idempotency_key: str | None = None,
+        expires: Expiry | float | None = None,
         **kwargs: Any,
     ) -> UUID:
         """:meth:`schedule` from async code."""
         return await sync_to_async(self.schedule, thread_sensitive=True)(
-            *args, delay=delay, at=at, idempotency_key=idempotency_key, **kwargs
+            *args, delay=delay, at=at, idempotency_key=idempotency_key, expires=expires, **kwargs
         )
 
 
@@ -241,7 +268,8 @@ class JobDefinition[**P, R](_Submits):
 
     def using(self, **options: Any) -> ConfiguredJob:
         """This job with options for the next enqueue (``queue``, ``priority``, ``retry``,
-        ``timeout``, ``idempotency_key``, ``hard_timeout``, ``retry_on``, ``give_up_on``);
+        ``timeout``, ``idempotency_key``, ``hard_timeout``, ``retry_on``, ``give_up_on``,
+        ``expires``);
         the definition is unchanged."""
         return ConfiguredJob(self, JobOptions()).using(**options)
 
@@ -264,6 +292,7 @@ class ConfiguredJob(_Submits):
         hard_timeout: timedelta | float | None = None,
         retry_on: ExceptionClasses | None = None,
         give_up_on: ExceptionClasses | None = None,
+        expires: Expiry | float | None = None,
     ) -> ConfiguredJob:
         more = JobOptions(
             queue=queue,
@@ -274,6 +303,7 @@ class ConfiguredJob(_Submits):
             hard_timeout=hard_timeout,  # type: ignore[arg-type]  # (seconds: made a timedelta)
             retry_on=retry_on,  # type: ignore[arg-type]  # (one class: made a tuple)
             give_up_on=give_up_on,  # type: ignore[arg-type]
+            expires=expires,  # type: ignore[arg-type]  # (seconds: made a timedelta)
         )
         return ConfiguredJob(self.definition, more.over(self.options))
 
@@ -307,6 +337,7 @@ def job[**P, R](
     hard_timeout: timedelta | float | None = None,
     retry_on: ExceptionClasses | None = None,
     give_up_on: ExceptionClasses | None = None,
+    expires: timedelta | float | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 
@@ -322,6 +353,7 @@ def job[**P, R](
     hard_timeout: timedelta | float | None = None,
     retry_on: ExceptionClasses | None = None,
     give_up_on: ExceptionClasses | None = None,
+    expires: timedelta | float | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
 ) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
     """Register a module-level function (sync or async) as a job.
@@ -331,8 +363,9 @@ def job[**P, R](
     attempt in a child process that is killed at the limit. ``retry_on`` and
     ``give_up_on`` (exception classes) decide which failures the retry policy may
     retry: ``give_up_on`` ones are final, and so is any outside ``retry_on`` when set.
-    ``failure_observers`` are jobs enqueued with the dead job's id (a ``str``) as their
-    only argument, in the same transition that declares this job dead.
+    ``expires`` is a default deadline, a delay from when each job is due (seconds or a
+    ``timedelta``). ``failure_observers`` are jobs enqueued with the dead job's id (a
+    ``str``) as their only argument, in the same transition that declares this job dead.
     """
     options = JobOptions(
         queue=queue,
@@ -342,6 +375,7 @@ def job[**P, R](
         hard_timeout=hard_timeout,  # type: ignore[arg-type]  # (seconds: made a timedelta)
         retry_on=retry_on,  # type: ignore[arg-type]  # (one class: made a tuple)
         give_up_on=give_up_on,  # type: ignore[arg-type]
+        expires=None if expires is None else expiry_of(expires, instant_allowed=False),
     )
 
     def decorate(function: Callable[P, R]) -> JobDefinition[P, R]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.db import IntegrityError, connections
@@ -241,7 +241,7 @@ class OrmJobs:
                 return 0
             for row in rows:
                 row.state, row.finished_at, row.key_scope = Code.CANCELLED, now, None
-                row.last_error = expired_reason(row.expires_at)
+                row.last_error = expired_reason(cast(datetime, row.expires_at))  # (selected)
             self._ctx.jobs().bulk_update(rows, ["state", "finished_at", "key_scope", "last_error"])
             self._ctx.tx.tally(
                 tallies.jobs_ended(
