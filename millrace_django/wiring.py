@@ -20,7 +20,9 @@ from millrace_django.conf import InvalidSettings, get_settings
 from millrace_django.contract import Storage
 from millrace_django.engine.client import JobClient
 from millrace_django.engine.current import set_default_client
+from millrace_django.isolation import django_child
 from millrace_django.runtime import ClockSync
+from millrace_django.runtime.isolation import set_child_setup
 from millrace_django.storage import open_storage
 
 
@@ -67,8 +69,10 @@ def client() -> JobClient:
 
 
 def install() -> None:
-    """Make ``fn.enqueue()`` use the configured storage; a configuration the system
-    checks reject installs nothing (``manage.py check`` says why)."""
+    """Make ``fn.enqueue()`` use the configured storage, and hard-timeout jobs' child
+    processes set Django up; a configuration the system checks reject installs no
+    client (``manage.py check`` says why)."""
+    set_child_setup(django_child)
     try:
         set_default_client(client())
     except (InvalidSettings, ImproperlyConfigured):

@@ -124,11 +124,12 @@ class HardTimeoutExceeded(JobTimedOut):
 
 
 class FailedInChild(MillraceError):
-    """What a job raised in its child process (hard timeout), as the worker learns it:
-    the traceback text and the exception's class names, since the exception itself need
-    not survive pickling."""
+    """How a job's attempt in its child process (hard timeout) failed, as the worker
+    learns it: the error text and the raised exception's class names (the exception
+    itself need not survive pickling); ``None`` when it raised nothing (its result could
+    not be stored, or the process died), which the retry filters leave alone."""
 
-    def __init__(self, text: str, class_names: tuple[str, ...]) -> None:
+    def __init__(self, text: str, class_names: tuple[str, ...] | None) -> None:
         super().__init__(text)
         self.text = text
         self.class_names = class_names

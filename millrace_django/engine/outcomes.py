@@ -99,7 +99,7 @@ def succeeded(
         if problem is not None:
             return _failure(
                 job,
-                f"The job returned a value that cannot be stored as its result: it {problem}.",
+                unstorable_result(problem),
                 clock=clock,
                 config=config,
                 observers=observers,
@@ -116,6 +116,11 @@ def succeeded(
         }
     )
     return with_side_effects(transition, effects) if effects is not None else transition
+
+
+def unstorable_result(problem: str) -> str:
+    """The error of a job whose result JSON cannot store (``problem`` says why)."""
+    return f"The job returned a value that cannot be stored as its result: it {problem}."
 
 
 def with_side_effects(transition: JobTransition, effects: SideEffects) -> JobTransition:

@@ -27,12 +27,12 @@ from millrace_django.engine import (
     lookup,
     outcomes,
     prepare,
-    run_handler,
     run_handler_async,
 )
 from millrace_django.engine.outcomes import Observers
 from millrace_django.errors import ConcurrencyConflict, StorageError
 from millrace_django.observability.telemetry import Observed
+from millrace_django.runtime.isolation import run_attempt
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def run_claimed(
         error: BaseException | None = None
         result: object = None
         try:
-            result = run_handler(started, context, loop=loop)
+            result = run_attempt(job, started, context, loop=loop)
         except BaseException as raised:  # the job's failure, whatever it is (see above)
             error = raised
         outcome = _end(job, context, started, error, result, clock=clock, config=config)
