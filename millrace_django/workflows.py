@@ -62,6 +62,13 @@ def start(
     return client().start(workflow, data, version=version, instance_id=instance_id)
 
 
+def start_many(
+    workflow: Workflow | str, items: Iterable[object], *, version: int | None = None
+) -> list[UUID]:
+    """Start one instance per item, all in one atom (every one or none); their ids."""
+    return client().start_many(workflow, items, version=version)
+
+
 def signal(name: str, correlation_id: str, payload: object = None) -> bool:
     """Resume the instance waiting longest for ``name``/``correlation_id`` with
     ``payload``; whether one was waiting. A payload that does not fit raises
@@ -148,4 +155,5 @@ __all__ = [
     "recover",
     "signal",
     "start",
+    "start_many",
 ]

@@ -33,6 +33,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    NewInstance,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -265,6 +266,48 @@ class WorkflowStorageFacts(FactGroup):
         assert store.workflows.get_instance(instance.id) == with_fields(instance, revision=1)
         for job in (first, side):
             assert store.jobs.get_job(job.id) == job
+
+    def test_create_instances_stores_every_instance_with_its_jobs_and_waits_at_once(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """``create_instances`` stores each instance at revision 1 with its first jobs
+        and its first waits, as ``create_instance`` would store each of them."""
+        instances = [make_instance(clock, data={"n": n}, revision=3) for n in range(3)]
+        starts = [
+            NewInstance(
+                instance=instance,
+                enqueue=(make_job(clock, workflow_instance_id=instance.id),),
+                bookmarks=(make_bookmark(clock, instance.id, correlation_id=f"c-{n}"),),
+            )
+            for n, instance in enumerate(instances)
+        ]
+        store.workflows.create_instances(starts)
+        for n, start in enumerate(starts):
+            stored = store.workflows.get_instance(start.instance.id)
+            assert stored == with_fields(start.instance, revision=1)
+            assert store.jobs.get_job(start.enqueue[0].id) == start.enqueue[0]
+            assert _consume(store, "approved", f"c-{n}") == start.bookmarks[0]
+        store.workflows.create_instances([])
+
+    def test_create_instances_with_one_duplicate_stores_none_of_them(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A batch naming an instance already stored raises ``ConcurrencyConflict`` and
+        stores none of its instances, jobs or waits."""
+        original = create_instance(store, clock, data={"who": "first"})
+        fresh = make_instance(clock)
+        job = make_job(clock, workflow_instance_id=fresh.id)
+        bookmark = make_bookmark(clock, fresh.id)
+        starts = [
+            NewInstance(instance=fresh, enqueue=(job,), bookmarks=(bookmark,)),
+            NewInstance(instance=with_fields(original, data={"who": "second"})),
+        ]
+        with pytest.raises(ConcurrencyConflict):
+            store.workflows.create_instances(starts)
+        assert store.workflows.get_instance(fresh.id) is None
+        assert store.jobs.get_job(job.id) is None
+        assert _consume(store, "approved", "order-1") is None
+        assert store.workflows.get_instance(original.id) == original
 
     def test_a_duplicate_instance_create_stores_none_of_its_jobs(
         self, store: StoreUnderTest, clock: FakeClock

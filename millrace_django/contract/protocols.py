@@ -38,6 +38,7 @@ from millrace_django.contract.records import (
     FireOutcome,
     JobRecord,
     JobTransition,
+    NewInstance,
     ProgressReport,
     RecurringRecord,
     WorkerHeartbeat,
@@ -274,6 +275,13 @@ class WorkflowStorage(Protocol):
         a started instance is never stranded without its first job or its first wait. A
         duplicate instance id raises :class:`~millrace_django.errors.ConcurrencyConflict`;
         any refusal stores nothing."""
+        ...
+
+    def create_instances(self, starts: Sequence[NewInstance]) -> None:
+        """:meth:`create_instance` for many instances in one atom: every instance with
+        its jobs and bookmarks, or (a duplicate instance id raising
+        :class:`~millrace_django.errors.ConcurrencyConflict`, any other refusal its
+        error) nothing at all."""
         ...
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None: ...

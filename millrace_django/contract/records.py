@@ -202,6 +202,15 @@ class BookmarkRecord:
     payload_type: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewInstance:
+    """An instance to start: stored with its first jobs and its first waits."""
+
+    instance: WorkflowInstanceRecord
+    enqueue: tuple[JobRecord, ...] = ()
+    bookmarks: tuple[BookmarkRecord, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobTransition(_BuiltFromValues):
     """A worker's fenced command: move one job and commit every side effect with it.

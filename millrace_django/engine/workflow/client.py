@@ -24,6 +24,7 @@ from millrace_django.contract import (
     JobRecord,
     JobStorage,
     MonitoringStorage,
+    NewInstance,
     Page,
     WorkflowInstanceRecord,
 )
@@ -147,6 +148,30 @@ class WorkflowClient:
         :class:`~millrace_django.errors.ConcurrencyConflict`.
         """
         definition = self._definition(workflow, version)
+        start = self._planned(definition, data, instance_id)
+        self.storage.create_instance(
+            start.instance, enqueue=start.enqueue, bookmarks=start.bookmarks
+        )
+        return start.instance.id
+
+    def start_many(
+        self, workflow: Workflow | str, items: Iterable[object], *, version: int | None = None
+    ) -> list[UUID]:
+        """Start one instance of ``workflow`` per item of ``items`` (each a dict or a
+        dataclass), all in one atom: every instance with its first jobs and waits, or,
+        if one of them cannot start, none (its error is raised). The ids, in order.
+
+        Much cheaper per instance than :meth:`start` in a loop: one transaction, and a
+        few statements in all rather than a few per instance.
+        """
+        definition = self._definition(workflow, version)
+        starts = [self._planned(definition, data, None) for data in items]
+        self.storage.create_instances(starts)
+        return [start.instance.id for start in starts]
+
+    def _planned(self, definition: Workflow, data: object, instance_id: UUID | None) -> NewInstance:
+        """A new instance of ``definition`` with its first jobs and waits (the routing
+        at the start resolved: a bad condition or correlation raises here)."""
         document = to_document(data)
         queue = definition.queue or self.config.default_queue
         self._check_queues(definition, queue)
@@ -171,10 +196,11 @@ class WorkflowClient:
         )
         plan = Plan(definition, instance, document, self.clock)
         plan.start()
-        self.storage.create_instance(
-            plan.finish(), enqueue=carry_trace(plan.jobs), bookmarks=plan.bookmarks
+        return NewInstance(
+            instance=plan.finish(),
+            enqueue=tuple(carry_trace(plan.jobs)),
+            bookmarks=tuple(plan.bookmarks),
         )
-        return instance.id
 
     # -- signals ----------------------------------------------------------------------
 

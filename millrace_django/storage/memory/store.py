@@ -31,6 +31,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    NewInstance,
     OverlapPolicy,
     ProgressReport,
     RecurringRecord,
@@ -522,14 +523,21 @@ class MemoryJobStore:
         enqueue: Sequence[JobRecord] = (),
         bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
+        self.create_instances(
+            [NewInstance(instance=instance, enqueue=tuple(enqueue), bookmarks=tuple(bookmarks))]
+        )
+
+    def create_instances(self, starts: Sequence[NewInstance]) -> None:
         with self._atomic() as log:
-            if instance.id in log.tables.instances:
-                raise ConcurrencyConflict(f"workflow instance {instance.id} already exists")
-            log.set(log.tables.instances, instance.id, replace(instance, revision=1))
-            for job in enqueue:
-                self._insert(log, job)
-            for bookmark in bookmarks:
-                self._insert_bookmark(log, bookmark)
+            for start in starts:
+                instance = start.instance
+                if instance.id in log.tables.instances:
+                    raise ConcurrencyConflict(f"workflow instance {instance.id} already exists")
+                log.set(log.tables.instances, instance.id, replace(instance, revision=1))
+                for job in start.enqueue:
+                    self._insert(log, job)
+                for bookmark in start.bookmarks:
+                    self._insert_bookmark(log, bookmark)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         with self._reading() as tables:

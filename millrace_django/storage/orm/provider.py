@@ -26,6 +26,7 @@ from millrace_django.contract import (
     JobStatistics,
     JobSummary,
     JobTransition,
+    NewInstance,
     Page,
     ProgressReport,
     RecurringQuery,
@@ -228,6 +229,9 @@ class DjangoStorage:
         bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
         self._workflows.create_instance(instance, enqueue, bookmarks)
+
+    def create_instances(self, starts: Sequence[NewInstance]) -> None:
+        self._workflows.create_instances(starts)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         return self._workflows.get_instance(instance_id)

@@ -17,6 +17,7 @@ from millrace_django.contract import (
     BookmarkRecord,
     InstanceState,
     JobRecord,
+    NewInstance,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -137,23 +138,37 @@ class OrmWorkflows:
         enqueue: Sequence[JobRecord] = (),
         bookmarks: Sequence[BookmarkRecord] = (),
     ) -> None:
+        self.create_instances(
+            [NewInstance(instance=instance, enqueue=tuple(enqueue), bookmarks=tuple(bookmarks))]
+        )
+
+    def create_instances(self, starts: Sequence[NewInstance]) -> None:
         def create() -> None:
+            instances = [start.instance for start in starts]
+            rows = [WorkflowInstance(id=i.id, **instance_fields(i, 1)) for i in instances]
             try:
-                self._ctx.instances().create(id=instance.id, **instance_fields(instance, 1))
+                self._ctx.instances().bulk_create(rows)
             except IntegrityError as error:
+                ids = ", ".join(str(i.id) for i in instances)
                 raise ConcurrencyConflict(
-                    f"workflow instance {instance.id} already exists"
+                    f"a workflow instance among {ids} already exists"
+                    if len(instances) > 1
+                    else f"workflow instance {ids} already exists"
                 ) from error
-            state = INSTANCE_STATE_CODES[instance.state]
-            if state in tallies.TERMINAL_INSTANCE_CODES:
-                self._ctx.tx.tally(
-                    tallies.instance_ended(state, instance.definition_id, instance.tenant_id)
-                )
-            insert_jobs(self._ctx, enqueue)
+            ended: Counter[Any] = Counter()
+            for i in instances:
+                state = INSTANCE_STATE_CODES[i.state]
+                if state in tallies.TERMINAL_INSTANCE_CODES:
+                    ended.update(tallies.instance_ended(state, i.definition_id, i.tenant_id))
+            if ended:
+                self._ctx.tx.tally(ended)
+            insert_jobs(self._ctx, [job for start in starts for job in start.enqueue])
+            bookmarks = [bookmark for start in starts for bookmark in start.bookmarks]
             if bookmarks:
                 self._insert_bookmarks(bookmarks)
 
-        self._ctx.tx.write(create)
+        if starts:
+            self._ctx.tx.write(create)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
         row = self._ctx.tx.read(lambda: self._ctx.instances().filter(id=instance_id).first())

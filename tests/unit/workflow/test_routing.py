@@ -47,6 +47,28 @@ def test_starting_stores_the_instance_and_its_first_job_together(
     assert workflows.position(instance_id).running == ("a1",)
 
 
+def test_start_many_starts_one_instance_per_item_and_each_runs_through(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    ids = workflows.start_many(flows.LINEAR, [{"order": n} for n in range(3)])
+
+    assert len(set(ids)) == 3
+    assert runner.run_until_idle() == 9
+    for n, instance_id in enumerate(ids):
+        instance = runner.assert_instance(instance_id, InstanceState.COMPLETED)
+        assert instance.data == {"order": n, "trail": ["first", "second", "third"]}
+
+
+def test_start_many_with_one_bad_item_starts_none(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    with pytest.raises(InvalidWorkflowData):
+        workflows.start_many(flows.LINEAR, [{"order": 1}, [2]])
+
+    assert runner.jobs() == []
+    assert workflows.start_many(flows.LINEAR, []) == []
+
+
 def test_data_may_be_a_dataclass_and_read_back_as_one(
     runner: JobRunner, workflows: WorkflowClient
 ) -> None:
