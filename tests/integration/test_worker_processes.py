@@ -211,3 +211,34 @@ def test_worker_processes_whose_parent_was_killed_stop_on_their_own(
     assert parent.exit_code(10) == -signal.SIGKILL
     wait_until(lambda: not session_members(parent.pid), 20, "the orphaned children's exit")
     assert parent.log().count("parent process") == 2  # each noticed, and drained
+
+
+def test_a_hanging_job_is_killed_at_its_hard_timeout_and_the_worker_keeps_draining(
+    client: JobClient, processes: Processes, ledger: Ledger
+) -> None:
+    worker = processes.start("millrace_worker", "--concurrency=1")  # one thread to keep
+    worker.wait_for_log(STARTED)
+    hanging = client.enqueue(
+        ledger_jobs.hold.using(hard_timeout=2, retry=Retry.fixed(timedelta(0), 2)), 600.0
+    )
+    wait_until(lambda: state(hanging) is JobState.DEAD, 60, "both attempts killed")
+    draining = [client.enqueue(ledger_jobs.record, 0.0) for _ in range(5)]
+    wait_until(
+        lambda: all(state(job_id) is JobState.SUCCEEDED for job_id in draining), 30, "the drain"
+    )
+
+    row = job_row(hanging)
+    assert (row.attempt, row.failures) == (2, 2)  # the retry policy applied, then dead
+    assert row.last_error == "Killed after its hard timeout of 2 seconds."
+    starts = ledger.entries("start")
+    assert [(e.job_id, e.attempt) for e in starts] == [(hanging, 1), (hanging, 2)]
+    children = {e.pid for e in starts}
+    assert len(children) == 2 and worker.pid not in children  # a process per attempt
+    assert row.finished_at is not None
+    killed_after = row.finished_at.timestamp() - starts[1].at
+    assert 1.9 <= killed_after < 6, killed_after  # the limit, not the job's 600 s
+    assert not children & set(session_members(worker.pid))  # killed and reaped
+    done = ledger.entries("done")
+    assert sorted(e.job_id for e in done) == sorted(draining)  # the hanging job never finished
+    assert {e.pid for e in done} == {worker.pid}  # on the worker's one thread
+    assert worker.running()
