@@ -618,15 +618,41 @@ def table(report: Report, figures: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def markdown(report: Report, quick: bool) -> str:
-    lines = [f"Peer benchmark, {report.started}" + (" (--quick)" if quick else "")]
-    lines += [f"- {key}: {value}" for key, value in report.machine.items()]
+def setting_lines(report: Report, labels: Mapping[str, str]) -> list[str]:
+    """The machine, then each system's versions (or why it failed), as a Markdown list."""
+    lines = [f"- {key}: {value}" for key, value in report.machine.items()]
     for system, info in report.systems.items():
         versions = ", ".join(f"{k} {v}" for k, v in info.versions.items())
         lines.append(
-            f"- {LABELS[system]}: {versions or '?'}"
+            f"- {labels[system]}: {versions or '?'}"
             + (f" — FAILED: {info.error}" if info.error else "")
         )
+    return lines
+
+
+def closing_lines(
+    report: Report, labels: Mapping[str, str], titles: Mapping[str, str] | None = None
+) -> list[str]:
+    """What each configuration means, then every failed measurement with its error
+    (a figure named by ``titles``, if given)."""
+    lines = ["", "Configurations:"]
+    for system, info in report.systems.items():
+        for config, meaning in info.configs.items():
+            lines.append(f"- {labels[system]} {config}: {meaning}")
+    errors = [r for r in report.runs if r.error]
+    if errors:
+        lines += ["", "Failures:"]
+        lines += [
+            f"- {labels[r.system]} {r.config} {(titles or {}).get(r.figure, r.figure)} "
+            f"(repeat {r.repeat}): {r.error}"
+            for r in errors
+        ]
+    return lines
+
+
+def markdown(report: Report, quick: bool) -> str:
+    lines = [f"Peer benchmark, {report.started}" + (" (--quick)" if quick else "")]
+    lines += setting_lines(report, LABELS)
     lines += [
         "",
         f"Throughput, median (min{DASH}max) of the repetitions; ‡ = a drain hit its cap "
@@ -642,21 +668,34 @@ def markdown(report: Report, quick: bool) -> str:
         "",
     ]
     lines += table(report, ("pickup", "recurring"))
-    lines += ["", "Configurations:"]
-    for system, info in report.systems.items():
-        for config, meaning in info.configs.items():
-            lines.append(f"- {LABELS[system]} {config}: {meaning}")
-    errors = [r for r in report.runs if r.error]
-    if errors:
-        lines += ["", "Failures:"]
-        lines += [
-            f"- {LABELS[r.system]} {r.config} {r.figure} (repeat {r.repeat}): {r.error}"
-            for r in errors
-        ]
+    lines += closing_lines(report, LABELS)
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main
+
+
+def chosen_systems(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> list[str]:
+    """The systems of the comma-separated ``text``, in its order; exits with a usage
+    error on a name not ``known``."""
+    systems = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(known))
+    if unknown:
+        parser.error(f"unknown systems: {', '.join(unknown)}")
+    return systems
+
+
+def start_report(
+    url: str, work: Path, systems: list[str], sizes: dict[str, Any]
+) -> tuple[Report, Path]:
+    """A report of ``systems`` on this machine and the server ``url``, and a new
+    directory under ``work`` for the drivers' and workers' logs."""
+    work.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="logs-", dir=work))
+    report = Report(started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), sizes=sizes)
+    report.machine = describe_machine(url)
+    report.systems = {s: System(s) for s in systems}
+    return report, log_dir
 
 
 def main() -> None:
@@ -669,20 +708,13 @@ def main() -> None:
     parser.add_argument("--no-recurring", action="store_true", help="skip the cron measurement")
     parser.add_argument("--json", default=str(WORK / "results.json"), metavar="PATH")
     options = parser.parse_args()
-    systems = [s.strip() for s in options.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
-        parser.error(f"unknown systems: {', '.join(unknown)}")
+    systems = chosen_systems(parser, options.systems, SYSTEMS)
     sizes = QUICK if options.quick else FULL
     if options.repeats:
         sizes = Sizes(**{**asdict(sizes), "repeats": options.repeats})
 
     url = server_url()
-    WORK.mkdir(parents=True, exist_ok=True)
-    log_dir = Path(tempfile.mkdtemp(prefix="logs-", dir=WORK))
-    report = Report(started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), sizes=asdict(sizes))
-    report.machine = describe_machine(url)
-    report.systems = {s: System(s) for s in systems}
+    report, log_dir = start_report(url, WORK, systems, asdict(sizes))
     for system, error in install_peers(systems).items():
         report.systems[system].error = error
     names = {s: f"peer_{s}_{os.getpid()}" for s in systems}

@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from peer_bench import chosen_systems
 from worker_bench import (
     SEED_CHUNK,
     recreate_database,
@@ -190,13 +191,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="peer run repetitions (3; 1 with --quick)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     options = parser.parse_args()
-    systems = [s.strip() for s in options.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
-        parser.error(f"unknown systems: {', '.join(unknown)}")
+    systems = chosen_systems(parser, options.systems, SYSTEMS)
     sizes = QUICK if options.quick else FULL
     peer_sizes = QUICK_PEERS if options.quick else FULL_PEERS
-    if options.repeats:
+    if options.repeats is not None:
         if options.repeats < 1:
             parser.error("--repeats must be at least 1")
         peer_sizes = replace(peer_sizes, repeats=options.repeats)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +27,15 @@ from peer_bench import (
     Report,
     Run,
     System,
-    describe_machine,
+    closing_lines,
     install_peers,
     say,
+    setting_lines,
     spread,
+    start_report,
 )
 from pgserver import database_url, recreate_database, server_url
-from workflow_peers.harness import STEPS, WORKLOADS
+from workflow_peers.harness import WORKLOADS
 
 BENCH = Path(__file__).resolve().parent
 WORK = BENCH.parent / ".tmp" / "bench-workflow-peers"
@@ -48,7 +48,7 @@ COMMON_REQUIREMENTS = ("psycopg[binary]",)
 TITLES = {
     "linear": "linear, 3 steps",
     "fan_out": "fan-out of 10, joined",
-    "signal": "signal round trip",
+    "signal": "signal round trip, 1 step",
 }
 
 
@@ -74,11 +74,7 @@ def run_peers(sizes: PeerSizes, systems: list[str]) -> Report:
     """Install, prepare and measure ``systems`` (of :data:`SYSTEMS`); the report of
     every repetition. Millrace alone needs no install (nor the network)."""
     url = server_url()
-    WORK.mkdir(parents=True, exist_ok=True)
-    log_dir = Path(tempfile.mkdtemp(prefix="logs-", dir=WORK))
-    report = Report(started=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), sizes=asdict(sizes))
-    report.machine = describe_machine(url)
-    report.systems = {s: System(s) for s in systems}
+    report, log_dir = start_report(url, WORK, systems, asdict(sizes))
     installed = install_peers(systems, VENV, REQUIREMENTS, COMMON_REQUIREMENTS)
     for system, error in installed.items():
         report.systems[system].error = error
@@ -128,7 +124,7 @@ def measure(drivers: Drivers, sizes: PeerSizes, system: str, workload: str, repe
         run.value = drivers.call(system, "measure", spec, label, timeout=3 * sizes.cap + 180)
     except PeerFailure as error:
         run.error = str(error)
-    say(f"  {LABELS[system]:<9} {TITLES[workload]:<22} " + (run.error or summarize(run.value)))
+    say(f"  {LABELS[system]:<9} {TITLES[workload]:<26} " + (run.error or summarize(run.value)))
     return run
 
 
@@ -170,13 +166,7 @@ def rate_cell(entry: dict[str, Any], key: str, digits: int = 0) -> str:
 
 def markdown(report: Report, quick: bool) -> str:
     lines = [f"Workflows beside DBOS, {report.started}" + (" (--quick)" if quick else "")]
-    lines += [f"- {key}: {value}" for key, value in report.machine.items()]
-    for system, info in report.systems.items():
-        versions = ", ".join(f"{k} {v}" for k, v in info.versions.items())
-        lines.append(
-            f"- {LABELS[system]}: {versions or '?'}"
-            + (f" — FAILED: {info.error}" if info.error else "")
-        )
+    lines += setting_lines(report, LABELS)
     sizes = report.sizes
     beside = "dbos" in report.systems and len(report.systems) > 1
     lines += [
@@ -206,18 +196,7 @@ def markdown(report: Report, quick: bool) -> str:
                     else ""
                 )
             )
-    lines += ["", f"Steps per instance: {', '.join(f'{k} {v}' for k, v in STEPS.items())}."]
-    lines += ["", "Configurations:"]
-    for system, info in report.systems.items():
-        for meaning in info.configs.values():
-            lines.append(f"- {LABELS[system]}: {meaning}")
-    errors = [r for r in report.runs if r.error]
-    if errors:
-        lines += ["", "Failures:"]
-        lines += [
-            f"- {LABELS[r.system]} {TITLES[r.figure]} (repeat {r.repeat}): {r.error}"
-            for r in errors
-        ]
+    lines += closing_lines(report, LABELS, TITLES)
     return "\n".join(lines)
 
 
