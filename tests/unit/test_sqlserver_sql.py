@@ -126,7 +126,9 @@ def test_a_claim_skips_locked_rows_takes_the_top_n_by_priority_then_insertion_or
     alias: str,
 ) -> None:
     jobs = Job.objects.using(alias)
-    ready, ready_params = compiled(queries.claim_candidates(jobs, {"emails", "default"}, 25), alias)
+    ready, ready_params = compiled(
+        queries.claim_candidates(jobs, {"emails", "default"}, NOW, 25), alias
+    )
     expired, expired_params = compiled(
         queries.expired_candidates(jobs, {"emails", "default"}, NOW, 25), alias
     )
@@ -138,6 +140,9 @@ def test_a_claim_skips_locked_rows_takes_the_top_n_by_priority_then_insertion_or
         assert {"default", "emails"} <= set(params)
     assert "[millrace_job].[state] = %s" in ready and 1 in ready_params
     assert NOW in expired_params, "the expired-lease test must compare with the clock's now"
+    assert "[millrace_job].[expires_at] > %s" in ready and NOW in ready_params, (
+        "an enqueued job past its deadline by the clock's now is never claimed"
+    )
     assert "[millrace_job].[lease_until] <= %s" in expired
 
 
@@ -251,7 +256,7 @@ def test_the_schema_has_the_filtered_indexes_the_hot_paths_need(alias: str) -> N
         editor.create_model(Job)
     ddl = "\n".join(editor.collected_sql)
 
-    assert "([queue], [priority] DESC, [seq]) WHERE [state] = 1" in ddl
+    assert "([limited], [queue], [priority] DESC, [seq]) WHERE [state] = 1" in ddl
     assert "([lease_until]) WHERE [state] = 2" in ddl
     assert "([due_at], [seq]) WHERE [state] IN (0, 4)" in ddl
     assert "([parent_id]) WHERE [state] = 7" in ddl
@@ -319,7 +324,7 @@ def test_monitoring_pages_read_the_monitor_index_in_order_with_mssql_djangos_uui
 def test_a_claim_leaves_out_paused_queues_in_the_same_statement(alias: str) -> None:
     jobs = Job.objects.using(alias)
     for queryset in (
-        queries.claim_candidates(jobs, {"emails"}, 5),
+        queries.claim_candidates(jobs, {"emails"}, NOW, 5),
         queries.expired_candidates(jobs, {"emails"}, NOW, 5),
     ):
         sql, _ = compiled(queryset, alias)
@@ -327,11 +332,6 @@ def test_a_claim_leaves_out_paused_queues_in_the_same_statement(alias: str) -> N
         assert "[millrace_paused_queue] WITH" not in sql, "the pause rows are never locked"
 
 
-def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks_instant(
-    alias: str,
-) -> None:
-    assert connections[alias].features.supports_partial_indexes  # the due index is filtered
-    jobs, recurring = Job.objects.using(alias), Recurring.objects.using(alias)
 def test_the_expiry_sweep_reads_unstarted_jobs_past_their_deadline_by_the_clock_skipping_locked(
     alias: str,
 ) -> None:
@@ -343,6 +343,11 @@ def test_the_expiry_sweep_reads_unstarted_jobs_past_their_deadline_by_the_clock_
     assert order_by(sql) == "[millrace_job].[expires_at] ASC, [millrace_job].[seq] ASC"
 
 
+def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks_instant(
+    alias: str,
+) -> None:
+    assert connections[alias].features.supports_partial_indexes  # the due index is filtered
+    jobs, recurring = Job.objects.using(alias), Recurring.objects.using(alias)
     (jobs_sql, jobs_params), (recurring_sql, recurring_params) = (
         compiled(head, alias)
         for head in queries.due_heads(jobs, recurring, NOW, partial_indexes=True)

@@ -21,6 +21,7 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.fence import FenceFacts
     from millrace_django.conformance.jobs.giving_back import GivingBackFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+    from millrace_django.conformance.jobs.limits import LimitFacts
     from millrace_django.conformance.jobs.next_due import NextDueFacts
     from millrace_django.conformance.jobs.operations import (
         DeleteJobFacts,
@@ -39,6 +40,7 @@ def _compose() -> type:
         BatchFacts,
         CancellationFacts,
         ClaimFacts,
+        LimitFacts,
         RenewalFacts,
         FenceFacts,
         GivingBackFacts,

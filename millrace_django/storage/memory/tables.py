@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from uuid import UUID
 
 from millrace_django.contract import (
@@ -46,6 +47,8 @@ class Tables:
     due: set[UUID] = field(default_factory=set)
     children: dict[UUID, set[UUID]] = field(default_factory=dict)
     paused: dict[str, bool] = field(default_factory=dict)
+    limit_starts: dict[str, list[datetime]] = field(default_factory=dict)
+    """Per rate-limited scope: its recent start times."""
     workers: dict[str, WorkerHeartbeat] = field(default_factory=dict)
     last_seq: int = 0
 

@@ -17,6 +17,7 @@ from millrace_django.models import (
     Job,
     JobAttempt,
     JobLog,
+    Limit,
     PausedQueue,
     Recurring,
     Tally,
@@ -72,6 +73,9 @@ class OrmContext:
 
     def bookmarks(self) -> QuerySet[Bookmark]:
         return Bookmark.objects.using(self.alias)
+
+    def limits(self) -> QuerySet[Limit]:
+        return Limit.objects.using(self.alias)
 
     def paused(self) -> QuerySet[PausedQueue]:
         return PausedQueue.objects.using(self.alias)

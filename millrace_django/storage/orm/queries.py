@@ -71,32 +71,32 @@ def created_q(after: datetime | None, before: datetime | None) -> Q:
     return q
 
 
-def _not_paused(jobs: QuerySet[Job]) -> Any:
+def not_paused(jobs: QuerySet[Job]) -> Any:
     """The job's queue has no pause row (read in the claim's own statement)."""
     paused = PausedQueue.objects.using(jobs.db).filter(queue=OuterRef("queue"))
     return ~Exists(paused)
 
 
-def claim_candidates(jobs: QuerySet[Job], queues: Collection[str], limit: int) -> QuerySet[Job]:
-    """The next ``limit`` enqueued jobs of ``queues``, locked, skipping rows another
-    claimer holds: priority first, then insertion order, across all the queues (read
-    from ``millrace_job_ready``), paused queues left out."""
+def claim_candidates(
+    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+) -> QuerySet[Job]:
+    """The next ``limit`` enqueued jobs without limits of ``queues``, locked, skipping
+    rows another claimer holds: priority first, then insertion order, across all the
+    queues (read from the unlimited lane of ``millrace_job_ready``), paused queues and
+    jobs past their deadline by ``now`` left out (limited jobs: see ``limits.py``)."""
     return (
         jobs.select_for_update(skip_locked=True)
-        .filter(_not_paused(jobs), state=Code.ENQUEUED, queue__in=sorted(queues))
+        .filter(
+            not_paused(jobs),
+            unexpired_q(now),
+            state=Code.ENQUEUED,
+            limited=False,
+            queue__in=sorted(queues),
+        )
         .order_by("-priority", "seq")[:limit]
     )
 
 
-def expired_candidates(
-    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
-) -> QuerySet[Job]:
-    """The next ``limit`` jobs of ``queues`` still ``processing`` under a lease that has
-    run out by ``now``, locked, skipping rows another claimer holds, in claim order
-    (found through ``millrace_job_leased``)."""
-    return (
-        jobs.select_for_update(skip_locked=True)
-        .filter(
 def unexpired_q(now: datetime) -> Q:
     """Jobs that may still start at ``now``: no deadline, or a later one."""
     return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
@@ -119,7 +119,20 @@ def previous_running(jobs: QuerySet[Job]) -> Exists:
     return Exists(jobs.filter(uuid=OuterRef("fired_job_id"), state__in=_ACTIVE))
 
 
-            _not_paused(jobs), state=Code.PROCESSING, lease_until__lte=now, queue__in=sorted(queues)
+def expired_candidates(
+    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+) -> QuerySet[Job]:
+    """The next ``limit`` jobs without limits of ``queues`` still ``processing`` under a
+    lease that has run out by ``now``, locked, skipping rows another claimer holds, in
+    claim order (found through ``millrace_job_leased``)."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(
+            not_paused(jobs),
+            state=Code.PROCESSING,
+            limited=False,
+            lease_until__lte=now,
+            queue__in=sorted(queues),
         )
         .order_by("-priority", "seq")[:limit]
     )

@@ -1,0 +1,161 @@
+"""The limited lane of the claim: jobs that carry limits, started under their scopes' locks.
+
+Ready jobs sit in two lanes of ``millrace_job_ready`` (``limited`` leads the index): the
+plain claim reads only unlimited jobs, as it always did, and never a limit. A claim of
+limited jobs locks the next of them (skipping those another claimer holds), then the
+``millrace_limit`` row of every scope they carry, in scope order (so claims of a scope
+serialize, and claims of unrelated scopes do not), and only then counts the scopes' jobs
+``processing`` (through ``millrace_job_leased``: the jobs in flight, never history) and
+reads their recent starts. A claim that waited for a scope's row therefore sees every
+start committed by the claims before it, and :class:`~millrace_django.contract.Admission`
+decides from there. A job leaves ``processing`` by any path without touching a limit:
+the next claim simply counts one fewer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime, timedelta
+
+from django.db import IntegrityError
+from django.db.models import QuerySet
+
+from millrace_django.contract import Admission, Limit, limits_of, running_by_scope
+from millrace_django.models import Job
+from millrace_django.models import JobStateCode as Code
+from millrace_django.models import Limit as LimitRow
+from millrace_django.storage.orm import queries
+from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.transactions import InsertConflict
+
+LOOK_PAST = 256
+"""Held-back jobs a claim reads past, in claim order, to find one whose scopes have room:
+jobs further back wait until those ahead of them start (or a later claim)."""
+
+_DECIDED_BY = ("seq", "priority", "state", "limits")
+"""What the admission reads of a candidate: held-back jobs are read this far only."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def ready_limited(
+    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+) -> QuerySet[Job]:
+    """The next ``limit`` enqueued limited jobs of ``queues``, locked, skipping rows
+    another claimer holds, in claim order (the limited lane of ``millrace_job_ready``)."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(
+            queries.not_paused(jobs),
+            queries.unexpired_q(now),
+            state=Code.ENQUEUED,
+            limited=True,
+            queue__in=sorted(queues),
+        )
+        .order_by("-priority", "seq")
+        .only(*_DECIDED_BY)[:limit]
+    )
+
+
+def expired_limited(
+    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+) -> QuerySet[Job]:
+    """The next ``limit`` limited jobs of ``queues`` under an expired lease, locked,
+    skipping rows another claimer holds, in claim order (``millrace_job_leased``)."""
+    return (
+        jobs.select_for_update(skip_locked=True)
+        .filter(
+            queries.not_paused(jobs),
+            state=Code.PROCESSING,
+            limited=True,
+            lease_until__lte=now,
+            queue__in=sorted(queues),
+        )
+        .order_by("-priority", "seq")
+        .only(*_DECIDED_BY)[:limit]
+    )
+
+
+def running_limits(jobs: QuerySet[Job]) -> QuerySet[Job, object]:
+    """The limits of every limited job ``processing`` (the jobs in flight only)."""
+    return jobs.filter(state=Code.PROCESSING, limited=True).values_list("limits", flat=True)
+
+
+def scope_rows(rows: QuerySet[LimitRow], scopes: Iterable[str]) -> QuerySet[LimitRow]:
+    """The rows of ``scopes``, locked in scope order (claimers never wait in a cycle)."""
+    return rows.select_for_update().filter(scope__in=sorted(scopes)).order_by("scope")
+
+
+def pick_limited(ctx: OrmContext, queues: Collection[str], now: datetime, room: int) -> list[Job]:
+    """Up to ``room`` limited jobs of ``queues`` that may start at ``now``, in claim
+    order, locked, their starts recorded; the caller leases them in the same transaction.
+    Candidates are read only as far as the admission needs; those it admits, in full."""
+    scan = room + LOOK_PAST
+    candidates = sorted(
+        [
+            *ready_limited(ctx.jobs(), queues, now, scan),
+            *expired_limited(ctx.jobs(), queues, now, scan),
+        ],
+        key=lambda row: (-row.priority, row.seq),
+    )
+    if not candidates:
+        return []
+    carried = {row.seq: limits_of(row.limits) for row in candidates}
+    declared = {limit.scope: limit for limits in carried.values() for limit in limits}
+    locked = _lock_scopes(ctx, declared.values(), now)
+    running = running_by_scope(limits_of(stored) for stored in running_limits(ctx.jobs()))
+    admission = Admission(
+        running,
+        {scope: [_instant(us) for us in row.starts] for scope, row in locked.items()},
+        now,
+    )
+    picked: list[int] = []
+    for row in candidates:
+        if len(picked) == room:
+            break
+        if admission.admit(carried[row.seq], holds_slot=row.state == Code.PROCESSING):
+            picked.append(row.seq)
+    for scope, starts in admission.recorded_starts().items():
+        ctx.limits().filter(scope=scope).update(
+            starts=[(at - _EPOCH) // _MICROSECOND for at in starts], updated_at=now
+        )
+    if not picked:
+        return []
+    whole = ctx.jobs().in_bulk(picked)  # locked already: read in full the jobs to start
+    return [whole[seq] for seq in picked]
+
+
+def _lock_scopes(ctx: OrmContext, limits: Iterable[Limit], now: datetime) -> dict[str, LimitRow]:
+    """The rows of the scopes of ``limits``, created if missing, then locked; a row's
+    displayed limit follows the latest job that carried it."""
+    wanted = {limit.scope: limit for limit in limits}
+    rows = ctx.limits()
+    missing = set(wanted) - set(
+        rows.filter(scope__in=sorted(wanted)).values_list("scope", flat=True)
+    )
+    if missing:
+        try:
+            rows.bulk_create([_row(wanted[scope], now) for scope in sorted(missing)])
+        except IntegrityError as error:  # created meanwhile: replayed, then found
+            raise InsertConflict(str(error)) from error
+    locked = {row.scope: row for row in scope_rows(rows, wanted)}
+    for scope, row in locked.items():
+        shown = _shown(wanted[scope])
+        if (row.concurrency, row.rate) != shown:
+            rows.filter(scope=scope).update(concurrency=shown[0], rate=shown[1])
+    return locked
+
+
+def _shown(limit: Limit) -> tuple[int | None, str | None]:
+    return limit.concurrency, None if limit.rate is None else str(limit.rate)
+
+
+def _row(limit: Limit, now: datetime) -> LimitRow:
+    concurrency, rate = _shown(limit)
+    return LimitRow(
+        scope=limit.scope, starts=[], concurrency=concurrency, rate=rate, updated_at=now
+    )
+
+
+def _instant(microseconds: int) -> datetime:
+    return _EPOCH + microseconds * _MICROSECOND
