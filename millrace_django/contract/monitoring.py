@@ -13,7 +13,13 @@ from enum import StrEnum
 from typing import TypeVar
 from uuid import UUID
 
-from millrace_django.contract.records import JSON, Invocation, JobLogLine, RetrySpec
+from millrace_django.contract.records import (
+    JSON,
+    Invocation,
+    JobLogLine,
+    OverlapPolicy,
+    RetrySpec,
+)
 from millrace_django.contract.states import InstanceState, JobState
 
 DEFAULT_PAGE_SIZE = 50
@@ -222,6 +228,9 @@ class JobDetails:
     continuations: Sequence[JobSummary]
     """The jobs continuing this one (``parent_id`` is its id), newest first, at most
     :data:`CONTINUATION_CAP`."""
+    expires_at: datetime | None = None
+    """The job's deadline; one that ended by it is ``cancelled`` with the reason
+    (:func:`~millrace_django.contract.expired_reason`) in ``last_error``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +249,9 @@ class RecurringSummary:
     last_job_id: UUID | None
     created_at: datetime
     updated_at: datetime
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    last_skip_time: datetime | None = None
+    """The occurrence last dropped by overlap ``skip``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

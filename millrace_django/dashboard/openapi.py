@@ -15,6 +15,7 @@ from millrace_django.contract import (
     AttemptOutcome,
     InstanceState,
     JobState,
+    OverlapPolicy,
     RetryKind,
 )
 from millrace_django.dashboard.actions import InstanceAction, JobAction, QueueAction
@@ -112,6 +113,12 @@ JOB_DETAILS: Schema = {
                 "parentId": _nullable(UUID_SCHEMA),
                 "requeuedFrom": _nullable(UUID_SCHEMA),
                 "recurringId": _nullable(STRING),
+                "expiresAt": {
+                    **_nullable(INSTANT),
+                    "description": "the deadline: no execution starts at or after it; a job "
+                    "that ended by it is cancelled, lastError 'expired: not started by its "
+                    "deadline ...'",
+                },
                 "lastError": _nullable(STRING),
                 "result": ANY_JSON,
                 "progress": ANY_JSON,
@@ -166,6 +173,14 @@ SCHEMAS: Schema = {
             "lastFireTime": _nullable(INSTANT),
             "lastOutcome": _nullable(_ref("JobState")),
             "lastJobId": _nullable(UUID_SCHEMA),
+            "overlap": {
+                "enum": [p.value for p in OverlapPolicy],
+                "description": "what an occurrence does while the previous job is active",
+            },
+            "lastSkipTime": {
+                **_nullable(INSTANT),
+                "description": "the occurrence overlap 'skip' last dropped",
+            },
             "createdAt": INSTANT,
             "updatedAt": INSTANT,
         }

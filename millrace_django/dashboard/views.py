@@ -30,9 +30,11 @@ from millrace_django.contract import (
     InstanceState,
     JobDetails,
     JobState,
+    OverlapPolicy,
     Page,
     RecurringSummary,
     TenantFilter,
+    expired_reason,
 )
 from millrace_django.dashboard import actions, charts, services
 from millrace_django.dashboard.actions import InstanceAction, JobAction, Outcome, QueueAction
@@ -340,6 +342,16 @@ def _progress_fraction(progress: JSON) -> float | None:
     return None
 
 
+def _expired(details: JobDetails) -> bool:
+    """The job ended by its deadline (cancelled by the sweep, its reason stored)."""
+    deadline = details.expires_at
+    return (
+        details.summary.state is JobState.CANCELLED
+        and deadline is not None
+        and details.last_error == expired_reason(deadline)
+    )
+
+
 @guarded(Permission.VIEW_JOBS)
 def job(request: HttpRequest, job_id: UUID) -> HttpResponse:
     details = services.monitoring().get_job_details(job_id)
@@ -363,6 +375,7 @@ def job(request: HttpRequest, job_id: UUID) -> HttpResponse:
             "progress": pretty(details.progress) if details.progress is not None else None,
             "timeline": _timeline(details),
             "continuation_cap": CONTINUATION_CAP,
+            "expired": _expired(details),
             "can_cancel": state not in TERMINAL_JOB_STATES,
             "can_run_now": state is JobState.FAILED,
             "can_requeue": state in TERMINAL_JOB_STATES,
@@ -416,6 +429,10 @@ class RecurringRow:
     next_local: str
     last_local: str | None
     overdue: bool
+    skipped_local: str | None
+    """When overlap ``skip`` last dropped an occurrence, in the definition's zone."""
+    held: bool
+    """Overlap ``queue`` holds the due occurrence until the previous job ends."""
 
 
 def _in_zone(instant: datetime, zone: str) -> str:
@@ -440,6 +457,13 @@ def recurring(request: HttpRequest) -> HttpResponse:
             if item.last_fire_time
             else None,
             overdue=item.next_fire_time <= now,
+            skipped_local=_in_zone(item.last_skip_time, item.timezone)
+            if item.last_skip_time
+            else None,
+            held=item.overlap is OverlapPolicy.QUEUE
+            and item.next_fire_time <= now
+            and item.last_outcome is not None
+            and item.last_outcome not in TERMINAL_JOB_STATES,
         )
         for item in listing.items
     ]

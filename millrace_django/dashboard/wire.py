@@ -98,6 +98,7 @@ def job_details(details: JobDetails) -> dict[str, Any]:
         "parentId": uid(details.parent_id),
         "requeuedFrom": uid(details.requeued_from),
         "recurringId": details.recurring_id,
+        "expiresAt": instant(details.expires_at),
         "lastError": details.last_error,
         "result": details.result,
         "progress": details.progress,
@@ -122,6 +123,8 @@ def recurring_summary(item: RecurringSummary) -> dict[str, Any]:
         "lastFireTime": instant(item.last_fire_time),
         "lastOutcome": item.last_outcome.value if item.last_outcome is not None else None,
         "lastJobId": uid(item.last_job_id),
+        "overlap": item.overlap.value,
+        "lastSkipTime": instant(item.last_skip_time),
         "createdAt": instant(item.created_at),
         "updatedAt": instant(item.updated_at),
     }

@@ -308,6 +308,7 @@ class JobQueryFacts(FactGroup):
             recurring_id="nightly",
             workflow_instance_id=instance.id,
             activity_node_id="ship",
+            expires_at=clock.now() + timedelta(hours=1),
         )
         created_at = clock.now()
         clock.advance(timedelta(seconds=1))
@@ -344,6 +345,7 @@ class JobQueryFacts(FactGroup):
         assert details.recurring_id == "nightly"
         assert details.lease_until == clock.now() + LEASE
         assert details.cancel_requested is True
+        assert details.expires_at == created_at + timedelta(hours=1)
         assert details.last_error is None
         assert list(details.attempts) == []
         assert list(details.continuations) == []

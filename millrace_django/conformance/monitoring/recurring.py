@@ -30,6 +30,7 @@ from millrace_django.contract import (
     FireOutcome,
     Invocation,
     JobState,
+    OverlapPolicy,
     Page,
     RecurringQuery,
     RecurringSummary,
@@ -269,3 +270,28 @@ class RecurringQueryFacts(FactGroup):
             last_job_id=fired,
             updated_at=after.updated_at,
         )
+
+    def test_recurring_summary_carries_the_overlap_policy_and_the_last_skip(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A definition lists its overlap policy, and the occurrence its ``skip`` dropped."""
+        define_recurring(store, clock, "sync", overlap=OverlapPolicy.SKIP)
+        define_recurring(store, clock, "plain")
+        fired = _fire(store, clock, "sync", "syncs")
+        assert _only(store, "sync").last_skip_time is None
+        record = stored_recurring(store, "sync")
+        clock.set(record.next_fire_time)
+        skipped = store.jobs.try_fire_recurring(
+            "sync",
+            record.next_fire_time,
+            record.next_fire_time + timedelta(days=1),
+            make_job(clock, queue="syncs", recurring_id="sync"),
+        )
+        assert skipped is FireOutcome.SKIPPED
+
+        summary = _only(store, "sync")
+        assert summary.overlap is OverlapPolicy.SKIP
+        assert summary.last_skip_time == record.next_fire_time
+        assert summary.last_job_id == fired and summary.last_outcome is JobState.ENQUEUED
+        plain = _only(store, "plain")
+        assert (plain.overlap, plain.last_skip_time) == (OverlapPolicy.ALLOW, None)

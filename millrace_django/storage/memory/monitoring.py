@@ -228,6 +228,7 @@ class MemoryMonitoring:
             cancel_requested=job.cancel_requested,
             attempts=[attempts[n] for n in sorted(attempts, reverse=True)],
             continuations=continuations,
+            expires_at=job.expires_at,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
@@ -279,4 +280,6 @@ class MemoryMonitoring:
             last_job_id=last.id if last is not None else None,
             created_at=record.created_at,
             updated_at=record.updated_at,
+            overlap=record.overlap,
+            last_skip_time=record.last_skip_time,
         )

@@ -37,6 +37,7 @@ from millrace_django.contract import (
     JobState,
     JobStatistics,
     JobSummary,
+    OverlapPolicy,
     Page,
     RecurringQuery,
     RecurringSummary,
@@ -395,6 +396,7 @@ class OrmMonitoring:
             cancel_requested=row.cancel_requested,
             attempts=attempts,
             continuations=continuations,
+            expires_at=row.expires_at,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
@@ -443,4 +445,6 @@ def _summarize_recurring(row: Recurring) -> RecurringSummary:
         last_job_id=last_job,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        overlap=OverlapPolicy(row.overlap),
+        last_skip_time=row.last_skip_time,
     )
