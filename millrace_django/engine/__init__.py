@@ -11,6 +11,7 @@ from millrace_django.engine.current import default_client, set_default_client
 from millrace_django.engine.errors import (
     ArgumentsTooLarge,
     DuplicateIdempotencyKey,
+    HardTimeoutExceeded,
     InvalidCron,
     InvalidJobArguments,
     InvalidJobDefinition,
@@ -51,6 +52,7 @@ __all__ = [
     "DuplicateIdempotencyKey",
     "EngineConfig",
     "EngineSettings",
+    "HardTimeoutExceeded",
     "InvalidCron",
     "InvalidJobArguments",
     "InvalidJobDefinition",
