@@ -33,6 +33,7 @@ from millrace_django.engine.workflow import (
     Position,
     Recovery,
     Saga,
+    Signal,
     Step,
     Stuck,
     UnknownWorkflow,
@@ -74,6 +75,13 @@ def signal(name: str, correlation_id: str, payload: object = None) -> bool:
     ``payload``; whether one was waiting. A payload that does not fit raises
     :class:`InvalidSignalPayload` and the instance keeps waiting."""
     return client().signal(name, correlation_id, payload)
+
+
+def signal_many(signals: Iterable[Signal]) -> list[bool]:
+    """Deliver many signals in one atom: per signal, whether an instance was waiting.
+    One payload that does not fit raises :class:`InvalidSignalPayload` and delivers
+    none."""
+    return client().signal_many(signals)
 
 
 def cancel(instance_id: UUID) -> bool:
@@ -137,6 +145,7 @@ __all__ = [
     "Position",
     "Recovery",
     "Saga",
+    "Signal",
     "Step",
     "Stuck",
     "UnknownWorkflow",
@@ -154,6 +163,7 @@ __all__ = [
     "position",
     "recover",
     "signal",
+    "signal_many",
     "start",
     "start_many",
 ]

@@ -253,6 +253,71 @@ class WorkflowStorageFacts(FactGroup):
         assert _consume(store, "approved", "order-1") == later
         assert _consume(store, "approved", "order-1") is None
 
+    def test_consume_bookmarks_takes_the_oldest_waits_in_order_in_one_atom(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """``consume_bookmarks`` gives each pair, in order, the oldest matching bookmark
+        an earlier pair did not take (``None`` when none is left), and stores the jobs
+        ``enqueue`` builds from all of them."""
+        instance = create_instance(store, clock)
+        older = make_bookmark(clock, instance.id)
+        clock.advance(timedelta(seconds=1))
+        newer = make_bookmark(clock, instance.id)
+        other = make_bookmark(clock, instance.id, signal_name="paid", correlation_id="o-9")
+        for bookmark in (newer, other, older):
+            store.workflows.add_bookmark(bookmark)
+        resumes = [make_job(clock, workflow_instance_id=instance.id) for _ in range(3)]
+        seen: list[list[BookmarkRecord | None]] = []
+
+        def enqueue(consumed: Sequence[BookmarkRecord | None]) -> Sequence[JobRecord]:
+            seen.append(list(consumed))
+            return resumes
+
+        wanted = [("approved", "order-1"), ("paid", "o-9"), ("approved", "order-1")]
+        wanted += [("approved", "order-1"), ("nobody", "x")]
+        consumed = store.workflows.consume_bookmarks(wanted, enqueue)
+
+        assert consumed == [older, other, newer, None, None]
+        assert seen == [consumed]
+        for job in resumes:
+            assert state_of(store, job.id) is JobState.ENQUEUED
+        assert _consume(store, "approved", "order-1") is None
+        assert store.workflows.consume_bookmarks([]) == []
+
+    def test_consume_bookmarks_consumes_nothing_when_its_jobs_cannot_be_stored(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """If the jobs built for the consumed bookmarks cannot be stored, none of the
+        bookmarks is consumed."""
+        instance = create_instance(store, clock)
+        bookmarks = [make_bookmark(clock, instance.id, correlation_id=f"o-{n}") for n in range(2)]
+        for bookmark in bookmarks:
+            store.workflows.add_bookmark(bookmark)
+        orphan = make_job(clock, state=JobState.AWAITING, parent_id=new_id(clock))
+        wanted = [("approved", "o-0"), ("approved", "o-1")]
+        with pytest.raises(ParentJobNotFound):
+            store.workflows.consume_bookmarks(wanted, lambda consumed: [orphan])
+        assert store.workflows.consume_bookmarks(wanted) == bookmarks
+
+    def test_concurrent_batch_consumers_take_each_bookmark_at_most_once(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Racers consuming overlapping batches of signals take every bookmark exactly
+        once between them."""
+        instance = create_instance(store, clock)
+        for round_number in range(ROUNDS):
+            keys = [("approved", f"r{round_number}-{n}") for n in range(4)]
+            for name, correlation in keys:
+                store.workflows.add_bookmark(
+                    make_bookmark(clock, instance.id, signal_name=name, correlation_id=correlation)
+                )
+            batches = [keys[n % 4 :] + keys[: n % 4] for n in range(RACERS)]
+            results = race(
+                store, [partial(store.workflows.consume_bookmarks, batch) for batch in batches]
+            )
+            taken = [b.id for result in results for b in result if b is not None]
+            assert len(taken) == len(set(taken)) == len(keys), results
+
     def test_create_instance_with_jobs_commits_the_instance_and_its_first_jobs_together(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:

@@ -312,6 +312,19 @@ class WorkflowStorage(Protocol):
         atom, so a delivered signal is never lost between the two."""
         ...
 
+    def consume_bookmarks(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+    ) -> list[BookmarkRecord | None]:
+        """:meth:`consume_bookmark` for many signals in one atom: for each
+        ``(signal_name, correlation_id)`` of ``wanted``, in order, delete and return the
+        oldest matching bookmark not taken by an earlier one of them (``None`` if there
+        is none), then insert the jobs ``enqueue`` builds from all of them. At most once
+        under contention, as for one; if ``enqueue`` raises or its jobs cannot be
+        stored, nothing is consumed."""
+        ...
+
     def consume_bookmark_by_id(
         self,
         bookmark_id: UUID,

@@ -20,6 +20,7 @@ from millrace_django.engine.workflow.errors import (
     WorkflowStepError,
 )
 from millrace_django.engine.workflow.merge import merge
+from millrace_django.engine.workflow.signals import Signal
 from millrace_django.engine.workflow.spec import (
     Delay,
     ForEach,
@@ -47,6 +48,7 @@ __all__ = [
     "Position",
     "Recovery",
     "Saga",
+    "Signal",
     "Step",
     "Stuck",
     "UnknownWorkflow",

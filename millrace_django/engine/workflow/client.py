@@ -7,7 +7,7 @@ a cancel is :meth:`~millrace_django.contract.WorkflowStorage.cancel_instance`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast, overload
@@ -17,7 +17,6 @@ from millrace_django.clock import Clock
 from millrace_django.contract import (
     JSON,
     TERMINAL_INSTANCE_STATES,
-    BookmarkRecord,
     InstanceQuery,
     InstanceState,
     InstanceSummary,
@@ -34,13 +33,10 @@ from millrace_django.engine.tenancy import current_tenant
 from millrace_django.engine.workflow import targets
 from millrace_django.engine.workflow.definition import Workflow, find
 from millrace_django.engine.workflow.documents import (
-    check_payload,
     from_document,
     to_document,
 )
-from millrace_django.engine.workflow.errors import InvalidSignalPayload
 from millrace_django.engine.workflow.graph import Kind
-from millrace_django.engine.workflow.jobs import resume_jobs
 from millrace_django.engine.workflow.plan import (
     COMPENSATE,
     DELAY,
@@ -50,7 +46,8 @@ from millrace_django.engine.workflow.plan import (
     initial_cursor,
     instance_job,
 )
-from millrace_django.engine.workflow.spec import Recovery, Step, WaitForSignal
+from millrace_django.engine.workflow.signals import Signal, deliver
+from millrace_django.engine.workflow.spec import Recovery, Step
 from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
 from millrace_django.ids import new_id
 from millrace_django.observability.telemetry import carry_trace, publish
@@ -214,55 +211,15 @@ class WorkflowClient:
         and the instance keeps waiting. Whichever of a signal and its wait's timeout
         comes first wins; the other finds nothing.
         """
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a signal name must be a non-empty string; got {name!r}")
-        if not isinstance(correlation_id, str):
-            raise TypeError(f"a correlation id must be a string; got {correlation_id!r}")
-        while True:
-            consumed, delivered = self._deliver(name, correlation_id, payload)
-            if consumed is None:
-                return False
-            if delivered:
-                return True
-            # A stale bookmark (its instance ended or moved on) is gone now; next one.
+        (resumed,) = deliver(self.storage, self.clock, [Signal(name, correlation_id, payload)])
+        return resumed
 
-    def _deliver(
-        self, name: str, correlation_id: str, payload: object
-    ) -> tuple[BookmarkRecord | None, bool]:
-        delivered: list[bool] = []
-
-        def build(bookmark: BookmarkRecord) -> Sequence[JobRecord]:
-            checked: list[JSON] = []
-
-            def check(instance: WorkflowInstanceRecord, wait: dict[str, Any]) -> None:
-                spec = self._wait_spec(instance, wait)
-                checked.append(check_payload(spec.payload, payload, signal=name))
-
-            jobs = resume_jobs(
-                self.storage, self.clock, bookmark, None, timed_out=False, check=check
-            )
-            if not jobs:
-                return []
-            delivered.append(True)
-            args = list(jobs[0].invocation.args)
-            args[2] = checked[0]
-            return carry_trace([_with_args(jobs[0], tuple(args))])
-
-        consumed = self.storage.consume_bookmark(name, correlation_id, build)
-        return consumed, bool(delivered)
-
-    def _wait_spec(self, instance: WorkflowInstanceRecord, wait: dict[str, Any]) -> WaitForSignal:
-        cursor = instance.cursor if isinstance(instance.cursor, dict) else {}
-        module = cursor.get("module")
-        definition = find(
-            instance.definition_id,
-            instance.definition_version,
-            module if isinstance(module, str) else None,
-        )
-        spec = definition.graph.node(wait["node"]).spec
-        if not isinstance(spec, WaitForSignal):
-            raise InvalidSignalPayload(f"node {wait['node']!r} does not wait for a signal")
-        return spec
+    def signal_many(self, signals: Iterable[Signal]) -> list[bool]:
+        """:meth:`signal` for many signals at once, in one atom: per signal, whether an
+        instance was waiting (a signal finds the oldest wait not taken by an earlier one
+        in the list). One payload that does not fit its wait raises and delivers none.
+        """
+        return deliver(self.storage, self.clock, list(signals))
 
     # -- operators --------------------------------------------------------------------
 

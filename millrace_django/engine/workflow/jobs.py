@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -228,31 +229,47 @@ def resume_jobs(
     payload: JSON,
     *,
     timed_out: bool,
-    check: Callable[[WorkflowInstanceRecord, dict[str, Any]], None] | None = None,
 ) -> list[JobRecord]:
     """The job resuming the wait ``bookmark`` (its id is the bookmark's), or nothing if
-    the instance no longer waits there. ``check`` may refuse (raise) before anything is
-    built. Called inside the consuming atom."""
+    the instance no longer waits there. Called inside the consuming atom."""
     instance = storage.get_instance(bookmark.instance_id)
+    wait = waiting_at(instance, bookmark)
+    if instance is None or wait is None:
+        return []
+    return [resume_job(instance, wait, bookmark, payload, timed_out=timed_out, now=clock.now())]
+
+
+def waiting_at(
+    instance: WorkflowInstanceRecord | None, bookmark: BookmarkRecord
+) -> dict[str, Any] | None:
+    """The wait of ``instance`` that ``bookmark`` stands for, if it still waits there."""
     if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
-        return []
+        return None
+    waits = instance.cursor.get("waits") if isinstance(instance.cursor, dict) else None
+    wait = waits.get(str(bookmark.id)) if isinstance(waits, dict) else None
+    return wait if isinstance(wait, dict) else None
+
+
+def resume_job(
+    instance: WorkflowInstanceRecord,
+    wait: dict[str, Any],
+    bookmark: BookmarkRecord,
+    payload: JSON,
+    *,
+    timed_out: bool,
+    now: datetime,
+) -> JobRecord:
+    """The job carrying ``payload`` (or the timeout) into the wait ``bookmark``."""
     cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
-    wait = cursor.get("waits", {}).get(str(bookmark.id))
-    if wait is None:
-        return []
-    if check is not None:
-        check(instance, wait)
-    return [
-        instance_job(
-            instance,
-            cursor,
-            bookmark.id,
-            targets.RESUME,
-            (str(instance.id), str(bookmark.id), payload, timed_out),
-            node=wait["node"],
-            now=clock.now(),
-        )
-    ]
+    return instance_job(
+        instance,
+        cursor,
+        bookmark.id,
+        targets.RESUME,
+        (str(instance.id), str(bookmark.id), payload, timed_out),
+        node=wait["node"],
+        now=now,
+    )
 
 
 def _environment(context: JobContext) -> tuple[WorkflowStore, Clock]:

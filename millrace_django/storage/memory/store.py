@@ -138,7 +138,7 @@ class MemoryJobStore:
                 )
             ]
             candidates.sort(key=lambda job: (-job.priority, tables.seq[job.id]))
-            claimed = []
+            claimed: list[JobRecord] = []
             admission: Admission | None = None
             for job in candidates:
                 if len(claimed) == request.max_count:
@@ -592,6 +592,27 @@ class MemoryJobStore:
             for job in enqueue(oldest) if enqueue is not None else ():
                 self._insert(log, job)
             return oldest
+
+    def consume_bookmarks(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+    ) -> list[BookmarkRecord | None]:
+        with self._atomic() as log:
+            keys = set(wanted)
+            waiting: dict[tuple[str, str], list[BookmarkRecord]] = {}
+            for b in log.tables.bookmarks.values():
+                if (b.signal_name, b.correlation_id) in keys:
+                    waiting.setdefault((b.signal_name, b.correlation_id), []).append(b)
+            for matches in waiting.values():
+                matches.sort(key=lambda b: (b.created_at, b.id.bytes), reverse=True)
+            consumed = [waiting[key].pop() if waiting.get(key) else None for key in wanted]
+            for bookmark in consumed:
+                if bookmark is not None:
+                    log.set(log.tables.bookmarks, bookmark.id, None)
+            for job in enqueue(consumed) if enqueue is not None else ():
+                self._insert(log, job)
+            return consumed
 
     def consume_bookmark_by_id(
         self,

@@ -253,6 +253,13 @@ class DjangoStorage:
     ) -> BookmarkRecord | None:
         return self._workflows.consume_bookmark(signal_name, correlation_id, enqueue)
 
+    def consume_bookmarks(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+    ) -> list[BookmarkRecord | None]:
+        return self._workflows.consume_bookmarks(wanted, enqueue)
+
     def consume_bookmark_by_id(
         self,
         bookmark_id: UUID,

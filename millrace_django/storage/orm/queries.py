@@ -238,6 +238,24 @@ def oldest_bookmark(
     )
 
 
+def waiting_bookmarks(
+    bookmarks: QuerySet[Bookmark], wanted: Sequence[tuple[str, str]]
+) -> QuerySet[Bookmark]:
+    """Every bookmark waiting for one of the ``(signal, correlation)`` pairs, locked,
+    skipping those a concurrent consumer holds (one ``IN`` list per signal name)."""
+    by_signal: dict[str, set[str]] = {}
+    for name, correlation in wanted:
+        by_signal.setdefault(name, set()).add(correlation)
+    match = reduce(
+        operator.or_,
+        (
+            Q(signal_name=name, correlation_id__in=sorted(correlations))
+            for name, correlations in by_signal.items()
+        ),
+    )
+    return bookmarks.select_for_update(skip_locked=True).filter(match)
+
+
 def newest_first[Row: Model](
     rows: QuerySet[Row],
     vendor: Vendor,

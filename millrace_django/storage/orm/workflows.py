@@ -215,6 +215,29 @@ class OrmWorkflows:
 
         return self._ctx.tx.write(consume)
 
+    def consume_bookmarks(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+    ) -> list[BookmarkRecord | None]:
+        def consume() -> list[BookmarkRecord | None]:
+            waiting: dict[tuple[str, str], list[BookmarkRecord]] = {}
+            for row in queries.waiting_bookmarks(self._ctx.bookmarks(), wanted):
+                waiting.setdefault((row.signal_name, row.correlation_id), []).append(
+                    bookmark_record(row)
+                )
+            for matches in waiting.values():
+                matches.sort(key=lambda b: (b.created_at, b.id.bytes), reverse=True)
+            consumed = [waiting[key].pop() if waiting.get(key) else None for key in wanted]
+            taken = [b.id for b in consumed if b is not None]
+            if taken:
+                self._ctx.bookmarks().filter(id__in=taken).delete()
+            if enqueue is not None:
+                insert_jobs(self._ctx, enqueue(consumed))
+            return consumed
+
+        return self._ctx.tx.write(consume) if wanted else []
+
     def consume_bookmark_by_id(
         self,
         bookmark_id: UUID,

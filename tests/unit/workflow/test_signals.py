@@ -12,6 +12,7 @@ import pytest
 from millrace_django.contract import InstanceState, JobState, JobStorage
 from millrace_django.engine.workflow import (
     InvalidSignalPayload,
+    Signal,
     WorkflowClient,
     WorkflowStepError,
     targets,
@@ -279,3 +280,70 @@ def test_a_hundred_concurrent_signals_at_ten_instances_resume_each_once(
         runner.assert_instance(instance_id, InstanceState.COMPLETED)
     assert flows.calls == ["ship"] * 10
     _ = UUID  # ids are UUIDs
+
+
+def test_signal_many_resumes_each_waiting_instance_and_says_which_were_waiting(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    ids = workflows.start_many(flows.WAIT_FIRST, [{"order_id": f"o-{n}"} for n in range(3)])
+    approval = {"approved": True, "by": "ann"}
+
+    resumed = workflows.signal_many([Signal("approval", f"o-{n}", approval) for n in (0, 9, 1, 2)])
+
+    assert resumed == [True, False, True, True]
+    runner.run_until_idle()
+    for instance_id in ids:
+        runner.assert_instance(instance_id, InstanceState.COMPLETED)
+    assert bookmarks(runner) == 0
+
+
+def test_signal_many_gives_two_signals_of_one_key_to_the_two_oldest_waits(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    older = workflows.start(flows.WAIT_FIRST, {"order_id": "same"})
+    runner.clock.advance(timedelta(seconds=1))
+    newer = workflows.start(flows.WAIT_FIRST, {"order_id": "same"})
+    signal = Signal("approval", "same", {"approved": True, "by": "x"})
+
+    assert workflows.signal_many([signal, signal, signal]) == [True, True, False]
+    runner.run_until_idle()
+    runner.assert_instance(older, InstanceState.COMPLETED)
+    runner.assert_instance(newer, InstanceState.COMPLETED)
+
+
+def test_signal_many_with_one_bad_payload_delivers_none(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    workflows.start_many(flows.WAIT_FIRST, [{"order_id": "o-1"}, {"order_id": "o-2"}])
+    good = Signal("approval", "o-1", {"approved": True, "by": "ann"})
+    bad = Signal("approval", "o-2", {"approved": "yes", "by": "ann"})
+
+    with pytest.raises(InvalidSignalPayload, match="must be bool"):
+        workflows.signal_many([good, bad])
+
+    assert runner.jobs() == []
+    assert bookmarks(runner) == 2
+
+
+def test_signal_many_skips_a_stale_wait_and_delivers_to_the_next_one(
+    runner: JobRunner, workflows: WorkflowClient
+) -> None:
+    failed = workflows.start(flows.WAIT_AND_FAIL, {"key": "k", "fail": {"plain": "always"}})
+    runner.run_until_idle(throw_on_failure=False)
+    runner.assert_instance(failed, InstanceState.FAILED)
+    runner.clock.advance(timedelta(seconds=1))
+    waiting = workflows.start(flows.WAIT_AND_FAIL, {"key": "k"})
+    runner.run_until_idle()
+
+    assert workflows.signal_many([Signal("never", "k"), Signal("never", "k")]) == [True, False]
+    assert bookmarks(runner) == 0
+    runner.run_until_idle()
+    runner.assert_instance(waiting, InstanceState.COMPLETED)
+
+
+@pytest.mark.parametrize(("name", "correlation"), [("", "k"), (None, "k"), ("go", 7)])
+def test_a_signal_with_a_bad_name_or_correlation_is_refused_when_made(
+    name: object, correlation: object
+) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        Signal(name, correlation)  # type: ignore[arg-type]
