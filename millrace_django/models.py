@@ -13,9 +13,9 @@ from django.db.models import Q
 
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
+    PRE_ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     AttemptOutcome,
-    PRE_ACTIVE_JOB_STATES,
     InstanceState,
     JobState,
     OverlapPolicy,
