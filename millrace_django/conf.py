@@ -19,8 +19,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from millrace_django.contract import RetrySpec
+from millrace_django.contract import Limit, RetrySpec
 from millrace_django.engine.errors import InvalidRetry
+from millrace_django.engine.limits import concurrency_of, queue_limit
 from millrace_django.engine.retry import validate_retry
 from millrace_django.runtime.config import RuntimeSettings
 from millrace_django.storage import PROVIDERS
@@ -153,6 +154,23 @@ def _retry(value: Any) -> RetrySpec:
         raise ValueError(str(error)) from error
 
 
+def _queue_limits(value: Any) -> dict[str, Limit]:
+    expected = "a dict of queue name to {'concurrency': N, 'rate': '10/s'} (either or both)"
+    if not isinstance(value, Mapping):
+        raise TypeError(expected)
+    limits: dict[str, Limit] = {}
+    for queue, spec in value.items():
+        if not isinstance(spec, Mapping) or not spec or set(spec) - {"concurrency", "rate"}:
+            raise ValueError(f"{expected}; {queue!r} has {spec!r}")
+        try:
+            limits[_name(queue)] = queue_limit(
+                queue, concurrency_of(spec.get("concurrency")), spec.get("rate")
+            )
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{expected}; for {queue!r}: {error}") from None
+    return limits
+
+
 _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "STORAGE": ("storage", _storage),
     "DATABASE": ("database", _name),
@@ -179,6 +197,7 @@ _PARSERS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "RETENTION": ("retention", _optional_positive_duration),
     "PURGE_BATCH": ("purge_batch", _positive_int),
     "WORKER_RETENTION": ("worker_retention", _optional_positive_duration),
+    "QUEUE_LIMITS": ("queue_limits", _queue_limits),
 }
 assert {name for name, _ in _PARSERS.values()} == {f.name for f in fields(MillraceSettings)}
 
@@ -258,6 +277,15 @@ def _cross_checks(s: Any, aliases: set[str]) -> Iterable[SettingProblem]:
             "The scheduler forgets workers silent for WORKER_RETENTION; one silent for less "
             "than a lease may be alive and holding jobs, and would vanish from the dashboard "
             "and millrace_health --worker. Keep it hours long (default: 1 day), or None.",
+        )
+    unknown = sorted(set(s.queue_limits) - set(s.queues))
+    if unknown:
+        yield SettingProblem(
+            "millrace.E011",
+            f"MILLRACE['QUEUE_LIMITS'] limits {', '.join(map(repr, unknown))}, not in "
+            "MILLRACE['QUEUES'].",
+            "A queue limit applies to jobs of a queue some node claims from; add the queue "
+            "to QUEUES or remove its limit.",
         )
     if s.storage == "orm" and s.database not in aliases:
         yield SettingProblem(

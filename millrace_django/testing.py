@@ -299,7 +299,9 @@ class JobRunner:
 
     def _schedule(self) -> None:
         now = self.clock.now()
-        fire_due_recurring(self.storage, self.clock, now, ACTIVATION_BATCH)
+        fire_due_recurring(
+            self.storage, self.clock, now, ACTIVATION_BATCH, self.config.queue_limits
+        )
         expire_due(self.storage, now, ACTIVATION_BATCH)
         activate_due(self.storage, now, ACTIVATION_BATCH)
 

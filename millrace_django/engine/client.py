@@ -44,6 +44,7 @@ from millrace_django.engine.errors import (
 )
 from millrace_django.engine.expiry import Expiry, deadline, expiry_of
 from millrace_django.engine.invocation import capture
+from millrace_django.engine.limits import job_limits, keyed
 from millrace_django.engine.recurring import occurrence
 from millrace_django.engine.registry import (
     ConfiguredJob,
@@ -253,7 +254,7 @@ class JobClient:
         record = self.storage.get_recurring(recurring_id)
         if record is None:
             return False
-        self.store([occurrence(record, self.clock)])
+        self.store([occurrence(record, self.clock, self.config.queue_limits)])
         return True
 
     # -- reading and managing jobs --------------------------------------------------------
@@ -300,6 +301,7 @@ class JobClient:
             hard_timeout=original.hard_timeout,
             idempotency_key=original.idempotency_key,
             tenant_id=original.tenant_id,
+            limits=original.limits,
             requeued_from=original.id,
             recurring_id=original.recurring_id,
         )
@@ -333,6 +335,7 @@ class JobClient:
         return JobRecord.from_values(
             dict(
                 fields,
+                limits=keyed(fields["limits"], definition, invocation),
                 id=id_at(now),
                 invocation=invocation,
                 state=state,
@@ -366,6 +369,8 @@ class JobClient:
             "hard_timeout": options.hard_timeout,
             "idempotency_key": options.idempotency_key,
         }
+        queue = self.queue(options.queue)
+        fields["limits"] = job_limits(definition, options, queue, self.config.queue_limits)
         resolved = (definition, fields, options.expires)
         if key is None:
             self._last_resolved = (job, resolved)

@@ -6,11 +6,12 @@ attributes, so any object with them will do (tests use :class:`EngineSettings`).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
-from millrace_django.contract import RetrySpec
+from millrace_django.contract import Limit, RetrySpec, queue_scope
 from millrace_django.engine.invocation import MAX_ARGUMENTS_BYTES
 from millrace_django.engine.retry import Retry, validate_retry
 
@@ -42,6 +43,11 @@ class EngineConfig(Protocol):
         at enqueue (:class:`~millrace_django.engine.errors.ArgumentsTooLarge`)."""
         ...
 
+    @property
+    def queue_limits(self) -> Mapping[str, Limit]:
+        """The limit every job of a queue carries, by queue (``queue:<name>`` scopes)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineSettings:
@@ -52,6 +58,7 @@ class EngineSettings:
     default_retry: RetrySpec = field(default_factory=lambda: Retry.exponential(5))
     interruption_limit: int = 10
     max_arguments_bytes: int = MAX_ARGUMENTS_BYTES
+    queue_limits: Mapping[str, Limit] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queues", frozenset(self.queues))
@@ -71,3 +78,7 @@ class EngineSettings:
             raise ValueError(
                 f"max_arguments_bytes must be an integer >= 1; got {self.max_arguments_bytes!r}"
             )
+        object.__setattr__(self, "queue_limits", MappingProxyType(dict(self.queue_limits)))
+        for queue, limit in self.queue_limits.items():
+            if queue not in self.queues or limit.scope != queue_scope(queue):
+                raise ValueError(f"the limit of queue {queue!r} is not that of a known queue")

@@ -8,23 +8,37 @@ fire).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from millrace_django.clock import Clock
-from millrace_django.contract import JobRecord, JobState, RecurringRecord
+from millrace_django.contract import JobRecord, JobState, Limit, RecurringRecord
 from millrace_django.engine.cron import CronSchedule
 from millrace_django.engine.expiry import deadline
 from millrace_django.engine.invocation import find
+from millrace_django.engine.limits import job_limits, keyed
 from millrace_django.ids import new_id
 
 FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 """Where a definition whose cron has no future occurrence is parked after its last fire."""
 
 
-def occurrence(record: RecurringRecord, clock: Clock) -> JobRecord:
-    """An ``enqueued`` job for one occurrence of ``record``."""
-    definition = find(record.invocation.target)  # the timeouts and deadline live there
+def occurrence(
+    record: RecurringRecord,
+    clock: Clock,
+    queue_limits: Mapping[str, Limit] = MappingProxyType({}),
+) -> JobRecord:
+    """An ``enqueued`` job for one occurrence of ``record``, with the limit of its queue
+    in ``queue_limits``."""
+    definition = find(record.invocation.target)  # timeouts, deadline, limits live there
     now = clock.now()
+    limits: tuple[Limit, ...]
+    if definition is None:
+        limits = (queue_limits[record.queue],) if record.queue in queue_limits else ()
+    else:
+        limits = job_limits(definition, definition.options, record.queue, queue_limits)
+        limits = keyed(limits, definition, record.invocation)
     return JobRecord(
         id=new_id(clock),
         queue=record.queue,
@@ -38,6 +52,7 @@ def occurrence(record: RecurringRecord, clock: Clock) -> JobRecord:
         tenant_id=record.tenant_id,
         recurring_id=record.id,
         expires_at=deadline(definition.options.expires, now) if definition is not None else None,
+        limits=limits,
     )
 
 

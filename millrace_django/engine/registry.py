@@ -26,10 +26,11 @@ from uuid import UUID
 
 from asgiref.sync import sync_to_async
 
-from millrace_django.contract import RetrySpec
+from millrace_django.contract import Rate, RetrySpec
 from millrace_django.engine import current
 from millrace_django.engine.errors import InvalidJobDefinition
 from millrace_django.engine.expiry import Expiry, expiry_of
+from millrace_django.engine.limits import concurrency_of, rate_of
 from millrace_django.engine.retry import (
     ExceptionClasses,
     exception_classes,
@@ -80,6 +81,11 @@ class JobOptions:
     instant (see :mod:`millrace_django.engine.expiry`)."""
     retry_on: tuple[type[BaseException], ...] | None = None
     give_up_on: tuple[type[BaseException], ...] | None = None
+    concurrency: int | None = None
+    """At most this many of the function's jobs (per key, if keyed) run at once,
+    across every worker."""
+    rate: Rate | None = None
+    """At most this many starts of the function's jobs (per key, if keyed) per period."""
 
     def __post_init__(self) -> None:
         _check_name("queue", self.queue)
@@ -102,6 +108,8 @@ class JobOptions:
             value = getattr(self, option)
             if value is not None:
                 object.__setattr__(self, option, exception_classes(option, value))
+        concurrency_of(self.concurrency)
+        object.__setattr__(self, "rate", rate_of(self.rate))
 
     def retry_policy(self, default: RetrySpec) -> RetrySpec:
         """The policy a job with these options stores: ``retry`` (else ``default``) with
@@ -210,6 +218,7 @@ class JobDefinition[**P, R](_Submits):
         *,
         options: JobOptions,
         failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+        limit_key: str | None = None,
     ) -> None:
         self.fn = fn
         self.target = _target_of(fn)
@@ -221,6 +230,8 @@ class JobDefinition[**P, R](_Submits):
             parameters=[p for p in full.parameters.values() if p.name != CONTEXT_PARAMETER]
         )
         """The signature arguments are bound against (``context`` left out)."""
+        self.limit_key = _check_limit_key(self.target, self.signature, options, limit_key)
+        """The argument whose value keys the function's limits (one scope per value)."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self._shapes: dict[tuple[int, tuple[str, ...]], CallShape] = {}
         """Call shapes known to fit :attr:`signature` (see :meth:`call_shape`)."""
@@ -269,7 +280,7 @@ class JobDefinition[**P, R](_Submits):
     def using(self, **options: Any) -> ConfiguredJob:
         """This job with options for the next enqueue (``queue``, ``priority``, ``retry``,
         ``timeout``, ``idempotency_key``, ``hard_timeout``, ``retry_on``, ``give_up_on``,
-        ``expires``);
+        ``expires``, ``concurrency``, ``rate``);
         the definition is unchanged."""
         return ConfiguredJob(self, JobOptions()).using(**options)
 
@@ -293,6 +304,8 @@ class ConfiguredJob(_Submits):
         retry_on: ExceptionClasses | None = None,
         give_up_on: ExceptionClasses | None = None,
         expires: Expiry | float | None = None,
+        concurrency: int | None = None,
+        rate: Rate | str | None = None,
     ) -> ConfiguredJob:
         more = JobOptions(
             queue=queue,
@@ -304,6 +317,8 @@ class ConfiguredJob(_Submits):
             retry_on=retry_on,  # type: ignore[arg-type]  # (one class: made a tuple)
             give_up_on=give_up_on,  # type: ignore[arg-type]
             expires=expires,  # type: ignore[arg-type]  # (seconds: made a timedelta)
+            concurrency=concurrency,
+            rate=rate,  # type: ignore[arg-type]  # (text: parsed)
         )
         return ConfiguredJob(self.definition, more.over(self.options))
 
@@ -338,6 +353,9 @@ def job[**P, R](
     retry_on: ExceptionClasses | None = None,
     give_up_on: ExceptionClasses | None = None,
     expires: timedelta | float | None = None,
+    concurrency: int | None = None,
+    rate: Rate | str | None = None,
+    limit_key: str | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 
@@ -354,6 +372,9 @@ def job[**P, R](
     retry_on: ExceptionClasses | None = None,
     give_up_on: ExceptionClasses | None = None,
     expires: timedelta | float | None = None,
+    concurrency: int | None = None,
+    rate: Rate | str | None = None,
+    limit_key: str | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
 ) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
     """Register a module-level function (sync or async) as a job.
@@ -364,8 +385,11 @@ def job[**P, R](
     ``give_up_on`` (exception classes) decide which failures the retry policy may
     retry: ``give_up_on`` ones are final, and so is any outside ``retry_on`` when set.
     ``expires`` is a default deadline, a delay from when each job is due (seconds or a
-    ``timedelta``). ``failure_observers`` are jobs enqueued with the dead job's id (a
-    ``str``) as their only argument, in the same transition that declares this job dead.
+    ``timedelta``). ``concurrency`` and ``rate`` (``"10/s"``, ``"600/m"``) limit the
+    function's jobs across every worker, per value of the argument ``limit_key`` when
+    given (see docs/flow-control.md). ``failure_observers`` are jobs enqueued with the
+    dead job's id (a ``str``) as their only argument, in the same transition that
+    declares this job dead.
     """
     options = JobOptions(
         queue=queue,
@@ -376,10 +400,17 @@ def job[**P, R](
         retry_on=retry_on,  # type: ignore[arg-type]  # (one class: made a tuple)
         give_up_on=give_up_on,  # type: ignore[arg-type]
         expires=None if expires is None else expiry_of(expires, instant_allowed=False),
+        concurrency=concurrency,
+        rate=rate,  # type: ignore[arg-type]  # (text: parsed)
     )
 
     def decorate(function: Callable[P, R]) -> JobDefinition[P, R]:
-        definition = JobDefinition(function, options=options, failure_observers=failure_observers)
+        definition = JobDefinition(
+            function,
+            options=options,
+            failure_observers=failure_observers,
+            limit_key=limit_key,
+        )
         with _lock:
             _registry[definition.target] = definition
         return definition
@@ -494,6 +525,25 @@ def _positive_span(value: object) -> timedelta:
             f"hard_timeout must be a positive number of seconds or timedelta; got {value!r}"
         )
     return value
+
+
+def _check_limit_key(
+    target: str, signature: inspect.Signature, options: JobOptions, key: str | None
+) -> str | None:
+    """Refuse a ``limit_key`` that names no plain parameter, or keys no limit."""
+    if key is None:
+        return None
+    parameter = signature.parameters.get(key) if isinstance(key, str) else None
+    if parameter is None or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+        raise InvalidJobDefinition(
+            f"{target}: limit_key={key!r} must name one of its parameters "
+            f"({', '.join(signature.parameters) or 'it has none'})"
+        )
+    if options.concurrency is None and options.rate is None:
+        raise InvalidJobDefinition(
+            f"{target}: limit_key={key!r} keys no limit; give concurrency= or rate= too"
+        )
+    return key
 
 
 def _check_name(what: str, value: str | None) -> None:

@@ -9,10 +9,12 @@ shutdown, the scheduler's period) are real waits of this process.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
+from millrace_django.contract import Limit
 from millrace_django.engine import EngineConfig, EngineSettings
 
 
@@ -64,6 +66,11 @@ class WorkerConfig(EngineConfig, Protocol):
 
 class SchedulerConfig(Protocol):
     """The settings a :class:`~millrace_django.runtime.Scheduler` reads."""
+
+    @property
+    def queue_limits(self) -> Mapping[str, Limit]:
+        """The limit recurring jobs of each queue carry (see ``EngineConfig``)."""
+        ...
 
     @property
     def scheduler_interval(self) -> timedelta: ...

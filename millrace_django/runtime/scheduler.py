@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import MappingProxyType
 
 from millrace_django.clock import Clock
-from millrace_django.contract import FireOutcome, JobStorage, RecurringRecord
+from millrace_django.contract import FireOutcome, JobStorage, Limit, RecurringRecord
 from millrace_django.engine import InvalidCron
 from millrace_django.engine.recurring import following_fire_time, occurrence
 from millrace_django.runtime.clock_sync import ClockSync
@@ -98,10 +99,17 @@ def expire_due(storage: JobStorage, now: datetime, batch: int) -> int:
     return _in_batches(step, batch)
 
 
-def fire_due_recurring(storage: JobStorage, clock: Clock, now: datetime, batch: int) -> int:
+def fire_due_recurring(
+    storage: JobStorage,
+    clock: Clock,
+    now: datetime,
+    batch: int,
+    queue_limits: Mapping[str, Limit] = MappingProxyType({}),
+) -> int:
     """Fire each recurring definition due at ``now`` once; returns how many this caller
     fired (a definition another node fired first, or whose overlap policy skipped or
-    held the occurrence, is not counted).
+    held the occurrence, is not counted). Fired jobs carry their queue's limit from
+    ``queue_limits`` and their function's.
 
     Missed occurrences collapse into one fire, and the next fire time is computed from
     ``now``. A stored cron that no longer parses is logged and skipped.
@@ -109,7 +117,8 @@ def fire_due_recurring(storage: JobStorage, clock: Clock, now: datetime, batch: 
 
     def step() -> tuple[int, int]:
         due = storage.get_due_recurring(now, batch)
-        return len(due), sum(_fire(storage, clock, record, now) for record in due)
+        fired = (_fire(storage, clock, record, now, queue_limits) for record in due)
+        return len(due), sum(fired)
 
     return _in_batches(step, batch)
 
@@ -138,14 +147,20 @@ def fold_statistics(storage: JobStorage, batch: int) -> int:
     return _in_batches(step, batch)
 
 
-def _fire(storage: JobStorage, clock: Clock, record: RecurringRecord, now: datetime) -> bool:
+def _fire(
+    storage: JobStorage,
+    clock: Clock,
+    record: RecurringRecord,
+    now: datetime,
+    queue_limits: Mapping[str, Limit],
+) -> bool:
     try:
         following = following_fire_time(record, now)
     except InvalidCron as error:
         logger.error("recurring %r has an invalid stored cron; skipped: %s", record.id, error)
         return False
     outcome = storage.try_fire_recurring(
-        record.id, record.next_fire_time, following, occurrence(record, clock)
+        record.id, record.next_fire_time, following, occurrence(record, clock, queue_limits)
     )
     if outcome is FireOutcome.SKIPPED:
         logger.info(
@@ -207,7 +222,10 @@ class Scheduler:
             now = self._clock.now()
             # Cron first: a pass woken for an occurrence fires it before anything else.
             fired = self._step(
-                "recurring", lambda: fire_due_recurring(self._storage, self._clock, now, batch)
+                "recurring",
+                lambda: fire_due_recurring(
+                    self._storage, self._clock, now, batch, self._config.queue_limits
+                ),
             )
             expired = self._step("expiry", lambda: expire_due(self._storage, now, batch))
             activated = self._step("activation", lambda: activate_due(self._storage, now, batch))

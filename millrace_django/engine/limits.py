@@ -1,0 +1,91 @@
+"""Which flow-control limits a new job carries: its queue's (from the settings) and its
+function's (from ``@job``/``using``), the latter per key when the function names an
+argument to key them by. Resolved when the job is created, like its retry policy, so a
+changed limit applies to jobs created afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from millrace_django.contract import Invocation, Limit, Rate, job_scope, queue_scope
+
+if TYPE_CHECKING:
+    from millrace_django.engine.registry import JobDefinition, JobOptions
+
+MAX_KEY_LENGTH = 200
+"""The longest key value a limit is keyed by (it is part of the scope's name)."""
+
+
+def rate_of(value: Rate | str | None) -> Rate | None:
+    """``value`` as a :class:`Rate` (``"10/s"``, ``"600/m"``...); ``ValueError`` naming
+    the accepted forms otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, str | Rate):
+        raise TypeError(f"rate must be a string such as '10/s' or a Rate; got {value!r}")
+    return Rate.parse(value)
+
+
+def concurrency_of(value: object) -> int | None:
+    """``value`` as a concurrency limit: ``None`` or an integer of at least 1."""
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"concurrency must be an integer of at least 1; got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def queue_limit(queue: str, concurrency: int | None, rate: Rate | str | None) -> Limit:
+    """The limit of every job of ``queue``."""
+    return Limit(scope=queue_scope(queue), concurrency=concurrency, rate=rate_of(rate))
+
+
+def job_limits(
+    definition: JobDefinition[..., Any],
+    options: JobOptions,
+    queue: str,
+    queue_limits: Mapping[str, Limit],
+) -> tuple[Limit, ...]:
+    """The limits a job of ``definition`` with ``options`` in ``queue`` carries; a keyed
+    function's last one names the function's scope until :func:`keyed` names its key's."""
+    limits = [queue_limits[queue]] if queue in queue_limits else []
+    if options.concurrency is not None or options.rate is not None:
+        limits.append(
+            Limit(
+                scope=job_scope(definition.target),
+                concurrency=options.concurrency,
+                rate=options.rate,
+            )
+        )
+    return tuple(limits)
+
+
+def keyed(
+    limits: tuple[Limit, ...], definition: JobDefinition[..., Any], invocation: Invocation
+) -> tuple[Limit, ...]:
+    """``limits`` (from :func:`job_limits`) with the function's scope narrowed to the key
+    ``invocation`` gives, where ``definition`` keys its limits."""
+    function_scope = job_scope(definition.target)
+    if definition.limit_key is None or not limits or limits[-1].scope != function_scope:
+        return limits
+    key = key_of(definition, invocation)
+    return (*limits[:-1], replace(limits[-1], scope=job_scope(definition.target, key)))
+
+
+def key_of(definition: JobDefinition[..., Any], invocation: Invocation) -> str:
+    """The value of the argument ``definition`` keys its limits by, as text."""
+    bound = definition.signature.bind(*invocation.args, **invocation.kwargs)
+    bound.apply_defaults()
+    value = bound.arguments[definition.limit_key]  # type: ignore[index]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(
+            f"{definition.target} keys its limits by {definition.limit_key!r}, which must be "
+            f"a str or an int; got {value!r}"
+        )
+    key = str(value)
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(
+            f"{definition.target} keys its limits by {definition.limit_key!r}, at most "
+            f"{MAX_KEY_LENGTH} characters; got {len(key)}"
+        )
+    return key
