@@ -595,6 +595,8 @@ class Worker:
         with self._tally_lock:
             self._tally.update(tally)
         self._in_flight.remove_all(execution for execution, _, _ in batch)
+        if any(execution.job.limits for execution, _, _ in batch):
+            self._wakeup.set()  # a limit's slot is free now: claim without the poll's delay
 
     # -- maintenance ----------------------------------------------------------------------
 

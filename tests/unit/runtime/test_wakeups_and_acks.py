@@ -166,3 +166,18 @@ def test_the_worker_writes_every_outcome_through_apply_many(
     for job_id in ids:
         wait_for_state(storage, job_id, JobState.SUCCEEDED)
     assert sum(storage.batches) == 20
+
+
+def test_a_slot_freed_by_a_limited_job_is_claimed_again_without_the_poll_delay(
+    client: JobClient,
+    storage: MemoryStorage,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    """Jobs held back by a concurrency limit of 1 run one after the other: each one's
+    acknowledgement wakes the claim loop, which would otherwise wait out a 30 s poll."""
+    slow_polls = replace(settings, poll_min=timedelta(seconds=30), poll_max=timedelta(seconds=60))
+    ids = [jobs.record.using(concurrency=1).enqueue(f"limited {n}") for n in range(3)]
+    start_worker(config=slow_polls)
+    for job_id in ids:
+        wait_for_state(storage, job_id, JobState.SUCCEEDED)  # at most TIMEOUT each
