@@ -68,6 +68,12 @@ from millrace_django.engine import (
 )
 from millrace_django.engine.jsonvalues import json_problem
 from millrace_django.engine.outcomes import error_text
+from millrace_django.engine.retry import (
+    ExceptionClasses,
+    exception_classes,
+    gives_up,
+    raised_classes,
+)
 from millrace_django.errors import MillraceError
 from millrace_django.tasks import attempts
 from millrace_django.tasks.declared import declared_changes, declared_options
@@ -95,18 +101,25 @@ class MillraceTask(_TaskBase):
     - ``retry``: a policy from :class:`millrace_django.Retry`;
     - ``timeout``: a ``timedelta`` (or seconds) after which a run counts as failed;
     - ``idempotency_key``: while a job holding this key is waiting or running,
-      enqueueing again returns that job's result instead of storing another.
+      enqueueing again returns that job's result instead of storing another;
+    - ``retry_on`` and ``give_up_on``: exception classes (one or a tuple) that decide
+      which failures the policy may retry, as on ``@job``.
     """
 
     max_attempts: int | None = None
     retry: RetrySpec | None = None
     timeout: timedelta | None = None
     idempotency_key: str | None = None
+    retry_on: ExceptionClasses | None = None
+    give_up_on: ExceptionClasses | None = None
 
     def __post_init__(self) -> None:
         timeout: object = self.timeout
         if type(timeout) in (int, float) and math.isfinite(timeout):  # type: ignore[arg-type]
             object.__setattr__(self, "timeout", timedelta(seconds=timeout))  # type: ignore[arg-type]
+        for option in ("retry_on", "give_up_on"):
+            if isinstance(getattr(self, option), type):  # one class: as a tuple, like @job
+                object.__setattr__(self, option, (getattr(self, option),))
         Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
 
     def using(  # type: ignore[override]
@@ -120,6 +133,8 @@ class MillraceTask(_TaskBase):
         retry: RetrySpec | None = None,
         timeout: timedelta | float | None = None,
         idempotency_key: str | None = None,
+        retry_on: ExceptionClasses | None = None,
+        give_up_on: ExceptionClasses | None = None,
     ) -> MillraceTask:
         """This task with other options (``None`` keeps the current value)."""
         changes: dict[str, Any] = {
@@ -131,6 +146,8 @@ class MillraceTask(_TaskBase):
             "retry": retry,
             "timeout": timeout,
             "idempotency_key": idempotency_key,
+            "retry_on": retry_on,
+            "give_up_on": give_up_on,
         }
         return replace(
             self, **{name: value for name, value in changes.items() if value is not None}
@@ -156,6 +173,13 @@ def option_problem(task: Task[Any, Any]) -> str | None:
     key = getattr(task, "idempotency_key", None)
     if key is not None and (not isinstance(key, str) or not key.strip()):
         return f"idempotency_key must be a non-blank string; got {key!r}."
+    for option in ("retry_on", "give_up_on"):
+        classes = getattr(task, option, None)
+        if classes is not None:
+            try:
+                exception_classes(option, classes)
+            except InvalidRetry as error:
+                return f"{error}."
     return None
 
 
@@ -230,6 +254,8 @@ class MillraceBackend(BaseTaskBackend):
             retry=self._retry_for(task, client.config.default_retry),
             timeout=getattr(task, "timeout", None),
             idempotency_key=getattr(task, "idempotency_key", None),
+            retry_on=getattr(task, "retry_on", None),
+            give_up_on=getattr(task, "give_up_on", None),
         )
         try:
             record = client.build(
@@ -444,15 +470,18 @@ class _Run:
             return True
         if reason is CancelReason.TIMEOUT or failure is not None:
             if failure is None or reason is CancelReason.TIMEOUT:
-                timed_out = JobTimedOut(details.timeout or timedelta(0))
+                raised: BaseException = JobTimedOut(details.timeout or timedelta(0))
                 error = TaskError(
-                    exception_class_path=attempts.TIMED_OUT_PATH, traceback=str(timed_out)
+                    exception_class_path=attempts.TIMED_OUT_PATH, traceback=str(raised)
                 )
             else:
                 path, raised = failure
                 error = TaskError(exception_class_path=path, traceback=error_text(raised))
             result.errors.append(error)
-            final = next_delay(details.retry, details.summary.failures + 1) is None
+            final = (
+                gives_up(details.retry, raised_classes(raised))
+                or next_delay(details.retry, details.summary.failures + 1) is None
+            )
             object.__setattr__(
                 result, "status", TaskResultStatus.FAILED if final else TaskResultStatus.READY
             )
