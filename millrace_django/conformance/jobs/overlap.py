@@ -52,6 +52,19 @@ def _fired_once(store: StoreUnderTest, clock: FakeClock, overlap: OverlapPolicy)
     return stored
 
 
+def _racing_fires(
+    store: StoreUnderTest, clock: FakeClock, stored: RecurringRecord, count: int
+) -> tuple[list[JobRecord], list[Callable[[], FireOutcome]]]:
+    """``count`` fires of ``stored``'s pending occurrence, each offering a job of its own:
+    the jobs, and the fires to race."""
+    jobs = [
+        make_job(clock, queue=f"overlap-{stored.id}", recurring_id=stored.id) for _ in range(count)
+    ]
+    following = stored.next_fire_time + timedelta(days=1)
+    fire = partial(store.jobs.try_fire_recurring, stored.id, stored.next_fire_time, following)
+    return jobs, [partial(fire, job) for job in jobs]
+
+
 def _previous(store: StoreUnderTest, record: RecurringRecord) -> JobRecord:
     """The job of ``record``'s last fire."""
     assert record.fired_job_id is not None, f"{record.id} has not fired"
@@ -157,21 +170,7 @@ class OverlapFacts(FactGroup):
             definition = _fired_once(store, clock, overlap)
             for round_number in range(ROUNDS):
                 stored = stored_recurring(store, definition.id)
-                jobs = [
-                    make_job(clock, queue=f"overlap-{definition.id}", recurring_id=definition.id)
-                    for _ in range(RACERS)
-                ]
-                following = stored.next_fire_time + timedelta(days=1)
-                fires: list[Callable[[], FireOutcome]] = [
-                    partial(
-                        store.jobs.try_fire_recurring,
-                        definition.id,
-                        stored.next_fire_time,
-                        following,
-                        job,
-                    )
-                    for job in jobs
-                ]
+                jobs, fires = _racing_fires(store, clock, stored, RACERS)
                 active = round_number % 2 == 0
                 if not active:
                     previous = _previous(store, stored)
@@ -207,21 +206,8 @@ class OverlapFacts(FactGroup):
             stored = stored_recurring(store, definition.id)
             previous = stored.fired_job_id
             assert previous is not None
-            jobs = [
-                make_job(clock, queue=f"overlap-{definition.id}", recurring_id=definition.id)
-                for _ in range(RACERS - 1)
-            ]
-            following = stored.next_fire_time + timedelta(days=1)
-            actions: list[Callable[[], object]] = [
-                partial(
-                    store.jobs.try_fire_recurring,
-                    definition.id,
-                    stored.next_fire_time,
-                    following,
-                    job,
-                )
-                for job in jobs
-            ]
+            jobs, fires = _racing_fires(store, clock, stored, RACERS - 1)
+            actions: list[Callable[[], object]] = list(fires)
             actions.insert(RACERS // 2, partial(store.jobs.try_cancel, previous))
 
             outcomes = race(store, actions)
