@@ -1,8 +1,8 @@
 """Millrace (this repository), run by the project's virtualenv.
 
-The workflows are ``workflow_bench_flows``'s; a backlog is started with
-``workflows.start`` calls inside one ``transaction.atomic`` block (visible at once, at its
-commit), messages are ``workflows.signal`` calls, and the worker is ``manage.py
+The workflows are ``workflow_bench_flows``'s; a backlog is started with one
+``workflows.start_many`` (one atom: visible at once), messages are ``workflows.signal``
+calls (one each), and the worker is ``manage.py
 millrace_worker`` (one process, its defaults) on the peer bench's minimal Django project
 (``peers.django_settings``).
 """
@@ -23,7 +23,7 @@ django.setup()
 
 import workflow_bench_flows as flows  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from millrace_django import workflows  # noqa: E402
 from millrace_django.contract import InstanceState  # noqa: E402
@@ -73,10 +73,7 @@ class Millrace:
         sql(f"TRUNCATE {TABLES}")
 
     def start_backlog(self, workload: str, count: int) -> None:
-        definition = DEFINITIONS[workload]
-        with transaction.atomic():
-            for number in range(count):
-                workflows.start(definition, {"key": str(number)})
+        workflows.start_many(DEFINITIONS[workload], ({"key": str(n)} for n in range(count)))
 
     def completed(self, workload: str) -> int:
         return instances(workload, InstanceState.COMPLETED)
