@@ -9,22 +9,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from uuid import UUID
 
 import pytest
 
 from millrace_django.clock import Clock, FakeClock, SystemClock
 from millrace_django.conformance.jobs.claims import ClaimFacts
+from millrace_django.conformance.jobs.expiry import ExpiryFacts
 from millrace_django.conformance.jobs.fence import FenceFacts
 from millrace_django.conformance.jobs.giving_back import GivingBackFacts
 from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+from millrace_django.conformance.jobs.overlap import OverlapFacts
 from millrace_django.conformance.workflows import WorkflowStorageFacts
 from millrace_django.contract import (
     BookmarkRecord,
     ClaimRequest,
+    FireOutcome,
     JobRecord,
     JobState,
     JobTransition,
+    OverlapPolicy,
+    RecurringRecord,
 )
 from millrace_django.storage.memory import MemoryStorage, MemoryStoreUnderTest
 
@@ -117,6 +123,43 @@ class ReadThenDeleteBookmark(MemoryStorage):
         return oldest
 
 
+class DeadlineBlindClaim(MemoryStorage):
+    """Claims enqueued jobs whatever their deadline."""
+
+    def claim(self, request: ClaimRequest) -> list[JobRecord]:
+        with self._atomic() as log:
+            for job in list(log.tables.jobs.values()):
+                if job.state is JobState.ENQUEUED and job.expires_at is not None:
+                    log.put_job(job, replace(job, expires_at=None))
+        return super().claim(request)
+
+
+class PolicyBlindFire(MemoryStorage):
+    """Fires every occurrence as ``allow`` would, whatever the definition's policy."""
+
+    def try_fire_recurring(
+        self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
+    ) -> FireOutcome:
+        with self._atomic() as log:
+            stored = log.tables.recurring.get(recurring_id)
+            if stored is not None:
+                allowed = replace(stored, overlap=OverlapPolicy.ALLOW)
+                log.set(log.tables.recurring, recurring_id, allowed)
+        return super().try_fire_recurring(recurring_id, expected, next_fire_time, job)
+
+
+class HeldInTheDueRead(MemoryStorage):
+    """Reads held definitions as due, so they crowd out the others."""
+
+    def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
+        with self._reading() as tables:
+            due = sorted(
+                (r for r in tables.recurring.values() if r.next_fire_time <= now),
+                key=lambda r: (r.next_fire_time, r.id),
+            )
+        return due[:limit]
+
+
 class WallClock(MemoryStorage):
     """Ignores the clock it was handed and reads the wall clock instead."""
 
@@ -167,6 +210,21 @@ CASES: list[tuple[str, Provider, Fact]] = [
         "a bookmark consumed by read then delete",
         ReadThenDeleteBookmark,
         WorkflowStorageFacts().test_consume_is_at_most_once_under_contention,
+    ),
+    (
+        "a claim blind to deadlines",
+        DeadlineBlindClaim,
+        ExpiryFacts().test_a_claim_never_starts_an_enqueued_job_at_or_after_its_deadline,
+    ),
+    (
+        "a fire blind to the overlap policy",
+        PolicyBlindFire,
+        OverlapFacts().test_skip_drops_the_occurrence_while_the_previous_job_is_active_and_records_it,
+    ),
+    (
+        "a due read that returns held definitions",
+        HeldInTheDueRead,
+        OverlapFacts().test_queue_holds_the_occurrence_until_the_previous_job_ends,
     ),
     (
         "a provider that reads the wall clock",
