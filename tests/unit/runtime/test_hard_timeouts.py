@@ -17,6 +17,7 @@ from millrace_django.contract import JobState
 from millrace_django.engine import JobClient, Retry
 from millrace_django.runtime import RuntimeSettings, isolation
 from millrace_django.storage.memory import MemoryStorage
+from millrace_django.testing import JobRunner
 from tests.unit.runtime import child_jobs, jobs
 from tests.unit.runtime.conftest import StartWorker
 from tests.unit.runtime.helpers import stored, wait_for_state, wait_until
@@ -153,3 +154,13 @@ def test_hard_timeout_takes_seconds_or_a_timedelta(
 def test_hard_timeout_refuses_what_is_not_a_positive_duration(given: object) -> None:
     with pytest.raises(ValueError, match="hard_timeout must be a positive number of seconds"):
         child_jobs.hang.using(hard_timeout=given)  # type: ignore[arg-type]
+
+
+def test_the_test_runner_runs_a_hard_timeout_job_in_the_tests_own_process(
+    settings: RuntimeSettings,
+) -> None:
+    runner = JobRunner(config=settings)  # (the test's mocks and memory storage apply)
+    with runner.installed():
+        job_id = child_jobs.report_and_return.using(hard_timeout=30).enqueue(3)
+        assert runner.run_until_idle() == 1
+        assert runner.assert_succeeded(job_id).result == {"pid": os.getpid(), "n": 3}
