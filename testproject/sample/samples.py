@@ -37,7 +37,8 @@ def enqueue_samples() -> dict[str, object]:
     created: dict[str, object] = {}
     created["fire-and-forget"] = sample.say_hello.enqueue("world")
     created["delayed"] = sample.send_reminder.schedule(42, delay=REMINDER_DELAY)
-    jobs.upsert_recurring(RECURRING_ID, sample.tick, cron="* * * * *")
+    # overlap="skip": a tick still running when the next minute comes drops that one.
+    jobs.upsert_recurring(RECURRING_ID, sample.tick, cron="* * * * *", overlap="skip")
     jobs.trigger_recurring(RECURRING_ID)  # one occurrence now; the next at the minute
     created["recurring"] = f"{RECURRING_ID} (every minute, one fired now)"
     invoice = sample.build_invoice.enqueue("1001")
