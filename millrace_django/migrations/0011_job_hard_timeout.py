@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('millrace_django', '0010_job_expiry_and_recurring_overlap'),
+        ("millrace_django", "0010_job_expiry_and_recurring_overlap"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='hard_timeout',
-            field=models.DurationField(blank=True, help_text='the attempt runs in a child process killed at this limit', null=True),
+            model_name="job",
+            name="hard_timeout",
+            field=models.DurationField(
+                blank=True,
+                help_text="the attempt runs in a child process killed at this limit",
+                null=True,
+            ),
         ),
     ]
