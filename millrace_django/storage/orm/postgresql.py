@@ -821,10 +821,11 @@ class PostgresHotPath:
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         """Limited jobs first, in a transaction of their own, when the last claim of these
-        queues saw some waiting (or none was made yet); then the one plain statement for
-        the room left, which says whether limited jobs wait; if they do and this claim has
-        not looked yet, the limited claim follows at once (no poll's delay)."""
-        looked = self._limited_waiting.get(request.queues, True)
+        queues saw some waiting; then the one plain statement for the room left, which
+        says whether limited jobs wait; if they do and this claim has not looked yet, the
+        limited claim follows at once (no poll's delay). Without limited jobs, a claim
+        stays the one plain statement."""
+        looked = self._limited_waiting.get(request.queues, False)
         claimed = ctx.tx.write(lambda: claim_limited(ctx, request)) if looked else []
         room = request.max_count - len(claimed)
         if not room:
