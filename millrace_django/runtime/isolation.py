@@ -23,6 +23,7 @@ in-process.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -78,12 +79,16 @@ def set_child_setup(factory: Callable[[], ChildSetup] | None) -> None:
 
 
 def run_attempt(
-    job: JobRecord, prepared: PreparedJob, context: JobContext, *, loop: Any = None
+    job: JobRecord,
+    prepared: PreparedJob,
+    context: JobContext,
+    *,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> object:
     """Call the job's function, in a child process when the job has a hard timeout."""
     if job.hard_timeout is None:
         return run_handler(prepared, context, loop=loop)
-    return run_in_child(job, prepared, context)
+    return run_in_child(job, prepared, context, job.hard_timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +124,11 @@ class _Failed:
     class_names: tuple[str, ...] | None
 
 
-def run_in_child(job: JobRecord, prepared: PreparedJob, context: JobContext) -> object:
-    """Run the attempt in a child process; its result, or raise its failure."""
-    if job.hard_timeout is None:
-        raise ValueError(f"job {job.id} has no hard timeout")
+def run_in_child(
+    job: JobRecord, prepared: PreparedJob, context: JobContext, limit: timedelta
+) -> object:
+    """Run the attempt in a child process killed at ``limit``; its result, or raise its
+    failure."""
     spawn = get_context("spawn")
     ours, theirs = spawn.Pipe()
     call = _Call(
@@ -140,10 +146,10 @@ def run_in_child(job: JobRecord, prepared: PreparedJob, context: JobContext) -> 
     process.start()
     theirs.close()
     try:
-        return _await(process, ours, context, job.hard_timeout)
+        return _await(process, ours, context, limit)
     finally:
-        _stop(process)
-        ours.close()
+        ours.close()  # (a child still running sees its end close, and exits)
+        _reap(process)
 
 
 def _await(process: BaseProcess, ours: Connection, context: JobContext, limit: timedelta) -> object:
@@ -162,6 +168,7 @@ def _await(process: BaseProcess, ours: Connection, context: JobContext, limit: t
             grace_ends = time.monotonic() + KILL_GRACE
         remaining = min(overrun, grace_ends) - time.monotonic()
         if remaining <= 0:
+            _kill(process)
             if cancelled is not None:
                 raise JobCancelled(f"job {context.job_id} was cancelled ({cancelled}); killed")
             raise HardTimeoutExceeded(limit)
@@ -199,13 +206,20 @@ def _died(process: BaseProcess) -> FailedInChild:
     )
 
 
-def _stop(process: BaseProcess) -> None:
-    """SIGTERM, then SIGKILL after :data:`KILL_GRACE` seconds; reaped either way."""
-    if process.is_alive():
-        process.terminate()
-        process.join(KILL_GRACE)
+def _kill(process: BaseProcess) -> None:
+    """SIGTERM, then SIGKILL after :data:`KILL_GRACE` seconds."""
+    process.terminate()
+    process.join(KILL_GRACE)
     if process.is_alive():
         process.kill()
+
+
+def _reap(process: BaseProcess) -> None:
+    """Wait for the child to exit (it does once it has answered), killing it if it
+    has not within :data:`KILL_GRACE` seconds."""
+    process.join(KILL_GRACE)
+    if process.is_alive():
+        _kill(process)
     process.join()
     process.close()
 
