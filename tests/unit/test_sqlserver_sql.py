@@ -343,6 +343,36 @@ def test_the_expiry_sweep_reads_unstarted_jobs_past_their_deadline_by_the_clock_
     assert order_by(sql) == "[millrace_job].[expires_at] ASC, [millrace_job].[seq] ASC"
 
 
+def test_a_recurring_fire_tests_the_previous_job_in_its_compare_and_set_update(
+    alias: str,
+) -> None:
+    jobs = Job.objects.using(alias)
+    definition = Recurring.objects.using(alias).filter(id="sync", next_fire_time=NOW)
+    sql, params = compiled_update(
+        definition.filter(queries.may_fire(jobs)),
+        {"next_fire_time": NOW + timedelta(days=1), "last_fire_time": NOW, "fired_job_id": JOB_ID},
+        alias,
+    )
+
+    assert "UPDATE [millrace_recurring] SET" in sql
+    assert "[millrace_recurring].[next_fire_time] = %s" in sql and NOW in params
+    assert "[millrace_recurring].[overlap] = %s OR NOT EXISTS(SELECT TOP 1" in sql
+    assert "[U0].[uuid] = ([millrace_recurring].[fired_job_id])" in sql
+    assert "allow" in params
+
+
+def test_the_due_read_leaves_out_definitions_held_by_overlap_queue(alias: str) -> None:
+    held = queries.held(Job.objects.using(alias))
+    due = Recurring.objects.using(alias).filter(~held, next_fire_time__lte=NOW)[:10]
+
+    sql, params = compiled(due, alias)
+
+    assert "[millrace_recurring].[next_fire_time] <= %s" in sql and NOW in params
+    assert "NOT ([millrace_recurring].[overlap] = %s AND CASE WHEN EXISTS(SELECT TOP 1" in sql
+    assert "[U0].[uuid] = ([millrace_recurring].[fired_job_id])" in sql and "queue" in params
+    assert top(sql) == 10
+
+
 def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks_instant(
     alias: str,
 ) -> None:

@@ -9,7 +9,6 @@ from typing import Any, cast
 from uuid import UUID
 
 from django.db import IntegrityError, connections
-from django.db.models import Q
 
 from millrace_django.contract import (
     LOG_LINE_CAP,
@@ -439,7 +438,7 @@ class OrmJobs:
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         if limit <= 0:
             return []
-        held = Q(overlap=OverlapPolicy.QUEUE.value) & queries.previous_running(self._ctx.jobs())
+        held = queries.held(self._ctx.jobs())
         rows = self._ctx.tx.read(
             lambda: list(
                 self._ctx.recurring()
@@ -473,10 +472,7 @@ class OrmJobs:
         def fire() -> FireOutcome:
             now = self._ctx.clock.now()
             definition = self._ctx.recurring().filter(id=recurring_id, next_fire_time=expected)
-            free = Q(overlap=OverlapPolicy.ALLOW.value) | ~queries.previous_running(
-                self._ctx.jobs()
-            )
-            if definition.filter(free).update(
+            if definition.filter(queries.may_fire(self._ctx.jobs())).update(
                 next_fire_time=next_fire_time,
                 last_fire_time=expected,
                 fired_job_id=job.id,

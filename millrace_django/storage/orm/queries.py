@@ -37,6 +37,7 @@ from millrace_django.contract import (
     TERMINAL_JOB_STATES,
     JobState,
     JobTransition,
+    OverlapPolicy,
     TenantFilter,
     TenantScope,
 )
@@ -113,10 +114,21 @@ def expiring(jobs: QuerySet[Job], now: datetime, limit: int) -> QuerySet[Job]:
     )
 
 
-def previous_running(jobs: QuerySet[Job]) -> Exists:
+def _previous_running(jobs: QuerySet[Job]) -> Exists:
     """A recurring definition's last fired job (``fired_job_id``) is still active: what
     its overlap policy looks at (one probe of the job's ``uuid`` index)."""
     return Exists(jobs.filter(uuid=OuterRef("fired_job_id"), state__in=_ACTIVE))
+
+
+def may_fire(jobs: QuerySet[Job]) -> Q:
+    """Recurring definitions whose overlap policy lets an occurrence fire now: ``allow``,
+    or the job of their last fire no longer active."""
+    return Q(overlap=OverlapPolicy.ALLOW.value) | Q(~_previous_running(jobs))
+
+
+def held(jobs: QuerySet[Job]) -> Q:
+    """Recurring definitions whose due occurrence overlap ``queue`` holds back."""
+    return Q(overlap=OverlapPolicy.QUEUE.value) & Q(_previous_running(jobs))
 
 
 def expired_candidates(
