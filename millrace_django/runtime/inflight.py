@@ -72,6 +72,12 @@ class Execution:
         with self._lock:
             return self._started
 
+    def past_deadline(self, now: datetime) -> bool:
+        """The job's deadline (``expires_at``) has come by ``now``: if it has not started
+        (it was claimed in time but waited here for a thread), it must not."""
+        expires_at = self.job.expires_at
+        return expires_at is not None and now >= expires_at
+
     def cancel(self, reason: CancelReason, now: datetime) -> None:
         """Fire the job's cancellation; the first reason sticks, and the grace counts
         from the first call."""

@@ -509,6 +509,14 @@ class Worker:
         self._finish(execution, outcome)
 
     def _begin(self, execution: Execution) -> bool:
+        if execution.past_deadline(self._clock.now()):
+            logger.info(
+                "job %s not started: its deadline passed while it waited for a thread",
+                execution.job.id,
+                extra=job_fields(execution.job),
+            )
+            self._give_back([execution])  # the claims refuse it now; the sweep ends it
+            return False
         if not execution.begin(self._clock):
             return False
         if logger.isEnabledFor(logging.DEBUG):

@@ -439,3 +439,21 @@ def test_a_running_worker_appears_in_the_registry_and_heartbeats_refresh_it(
     thread.worker.heartbeat()
     (row,) = storage.list_workers()
     assert row.seen_at == clock.now()
+
+
+def test_a_prefetched_job_whose_deadline_passes_while_it_waits_is_given_back_unstarted(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, prefetching: Any
+) -> None:
+    worker = prefetching
+    late = jobs.record.using(expires=timedelta(seconds=5))
+    _, waiting = enqueue_together(client, (jobs.hold, "front"), (late, "late"))
+    started("front")
+    wait_until(lambda: worker.stats.in_flight == 2, "the queued job to be claimed too")
+    clock.advance(timedelta(seconds=60))  # its deadline passes while it waits for a thread
+    board.event("front").set()
+    wait_until(lambda: worker.stats.in_flight == 0, "the late job to be let go")
+    given_back = stored(storage, waiting)
+    assert (given_back.state, given_back.attempt) == (JobState.ENQUEUED, 0)
+    assert ("record", "late") not in board.calls
+    assert storage.expire_due(clock.now(), 10) == 1  # the scheduler's sweep ends it
+    assert stored(storage, waiting).state is JobState.CANCELLED
