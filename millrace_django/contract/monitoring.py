@@ -231,6 +231,8 @@ class JobDetails:
     expires_at: datetime | None = None
     """The job's deadline; one that ended by it is ``cancelled`` with the reason
     (:func:`~millrace_django.contract.expired_reason`) in ``last_error``."""
+    hard_timeout: timedelta | None = None
+    """The limit at which each attempt's child process is killed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -106,9 +106,24 @@ JOB_DETAILS: Schema = {
                         "baseDelay": SECONDS,
                         "maxDelay": SECONDS,
                         "jitter": {"type": "boolean"},
+                        "retryOn": {
+                            "type": "array",
+                            "items": STRING,
+                            "description": "exception classes ('module.QualName') a failure "
+                            "must be one of to be retried; empty: any",
+                        },
+                        "giveUpOn": {
+                            "type": "array",
+                            "items": STRING,
+                            "description": "exception classes whose failures are final",
+                        },
                     }
                 ),
                 "timeout": _nullable(SECONDS),
+                "hardTimeout": {
+                    **_nullable(SECONDS),
+                    "description": "each attempt runs in a child process killed at this limit",
+                },
                 "idempotencyKey": _nullable(STRING),
                 "parentId": _nullable(UUID_SCHEMA),
                 "requeuedFrom": _nullable(UUID_SCHEMA),

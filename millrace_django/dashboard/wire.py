@@ -71,6 +71,8 @@ def retry(spec: RetrySpec) -> dict[str, Any]:
         "baseDelay": seconds(spec.base_delay),
         "maxDelay": seconds(spec.max_delay),
         "jitter": spec.jitter,
+        "retryOn": list(spec.retry_on),
+        "giveUpOn": list(spec.give_up_on),
     }
 
 
@@ -94,6 +96,7 @@ def job_details(details: JobDetails) -> dict[str, Any]:
         },
         "retry": retry(details.retry),
         "timeout": seconds(details.timeout),
+        "hardTimeout": seconds(details.hard_timeout),
         "idempotencyKey": details.idempotency_key,
         "parentId": uid(details.parent_id),
         "requeuedFrom": uid(details.requeued_from),

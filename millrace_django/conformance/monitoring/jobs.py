@@ -287,6 +287,7 @@ class JobQueryFacts(FactGroup):
             max_attempts=5,
             base_delay=timedelta(seconds=2),
             max_delay=timedelta(minutes=1),
+            give_up_on=("shop.errors.OutOfStock",),
         )
         instance = make_instance(clock)
         store.workflows.create_instance(instance)
@@ -301,6 +302,7 @@ class JobQueryFacts(FactGroup):
             priority=4,
             retry=retry,
             timeout=timedelta(seconds=30),
+            hard_timeout=timedelta(minutes=2),
             idempotency_key="ship-7",
             tenant_id="acme",
             parent_id=parent.id,
@@ -339,6 +341,7 @@ class JobQueryFacts(FactGroup):
         assert dict(details.invocation.kwargs) == {"notes": ["x"]}
         assert details.retry == retry
         assert details.timeout == timedelta(seconds=30)
+        assert details.hard_timeout == timedelta(minutes=2)
         assert details.idempotency_key == "ship-7"
         assert details.parent_id == parent.id
         assert details.requeued_from == requeued_from

@@ -229,6 +229,7 @@ class MemoryMonitoring:
             attempts=[attempts[n] for n in sorted(attempts, reverse=True)],
             continuations=continuations,
             expires_at=job.expires_at,
+            hard_timeout=job.hard_timeout,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:

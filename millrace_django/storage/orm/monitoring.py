@@ -397,6 +397,7 @@ class OrmMonitoring:
             attempts=attempts,
             continuations=continuations,
             expires_at=row.expires_at,
+            hard_timeout=row.hard_timeout,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:
