@@ -313,3 +313,16 @@ def test_items_with_idempotency_keys_are_refused(runner: JobRunner) -> None:
         batch.enqueue(ok, "a")
         batch.enqueue(ok, "b", idempotency_key="k")
     assert runner.jobs() == []
+
+
+def test_the_callback_keeps_its_hard_timeout_and_retry_filters(runner: JobRunner) -> None:
+    configured = done.using(hard_timeout=45, retry_on=ConnectionError, give_up_on=KeyError)
+    with jobs.batch(configured, on_complete_args=("f",)) as batch:
+        batch.enqueue(ok, "a")
+    _drain(runner, 5)
+    (callback,) = _callbacks(runner, done.target)
+    assert callback.hard_timeout == timedelta(seconds=45)
+    assert (callback.retry.retry_on, callback.retry.give_up_on) == (
+        ("builtins.ConnectionError",),
+        ("builtins.KeyError",),
+    )
