@@ -72,11 +72,14 @@ class Execution:
         with self._lock:
             return self._started
 
-    def past_deadline(self, now: datetime) -> bool:
-        """The job's deadline (``expires_at``) has come by ``now``: if it has not started
-        (it was claimed in time but waited here for a thread), it must not."""
-        expires_at = self.job.expires_at
-        return expires_at is not None and now >= expires_at
+    def missed_deadline(self, now: datetime, lease: timedelta) -> bool:
+        """Claimed (with ``lease``) before the job's deadline, which has come by ``now``:
+        it waited here for a thread too long and must not start. A claim made after the
+        deadline took up an interrupted attempt, which may run (it had started)."""
+        expires_at, leased_until = self.job.expires_at, self.job.lease_until
+        if expires_at is None or now < expires_at:
+            return False
+        return leased_until is None or leased_until - lease < expires_at
 
     def cancel(self, reason: CancelReason, now: datetime) -> None:
         """Fire the job's cancellation; the first reason sticks, and the grace counts

@@ -509,7 +509,7 @@ class Worker:
         self._finish(execution, outcome)
 
     def _begin(self, execution: Execution) -> bool:
-        if execution.past_deadline(self._clock.now()):
+        if execution.missed_deadline(self._clock.now(), self._config.lease):
             logger.info(
                 "job %s not started: its deadline passed while it waited for a thread",
                 execution.job.id,

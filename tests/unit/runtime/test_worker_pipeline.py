@@ -457,3 +457,25 @@ def test_a_prefetched_job_whose_deadline_passes_while_it_waits_is_given_back_uns
     assert ("record", "late") not in board.calls
     assert storage.expire_due(clock.now(), 10) == 1  # the scheduler's sweep ends it
     assert stored(storage, waiting).state is JobState.CANCELLED
+
+
+def test_an_interrupted_attempt_reclaimed_after_the_deadline_runs(
+    client: JobClient,
+    storage: MemoryStorage,
+    clock: FakeClock,
+    settings: RuntimeSettings,
+    start_worker: StartWorker,
+) -> None:
+    job_id = jobs.record.enqueue("resumed", expires=timedelta(seconds=5))
+    (crashed,) = storage.claim(
+        ClaimRequest(
+            worker_id="crashed", queues=frozenset({"default"}), max_count=1, lease=settings.lease
+        )
+    )
+    assert crashed.id == job_id
+    clock.advance(settings.lease + timedelta(seconds=1))  # past the lease and the deadline
+
+    start_worker()
+
+    job = wait_for_state(storage, job_id, JobState.SUCCEEDED)
+    assert job.attempt == 2 and ("record", "resumed") in board.calls
