@@ -16,12 +16,14 @@ from millrace_django.contract.limits import (
     MAX_RATE_COUNT,
     Admission,
     Limit,
+    LimitUsage,
     Rate,
     job_scope,
     limits_json,
     limits_of,
     queue_scope,
     running_by_scope,
+    usage_by_scope,
 )
 from millrace_django.contract.monitoring import (
     ATTEMPT_HISTORY_CAP,
@@ -137,6 +139,7 @@ __all__ = [
     "JobSummary",
     "JobTransition",
     "Limit",
+    "LimitUsage",
     "MonitoringStorage",
     "NewInstance",
     "Notifier",
@@ -178,4 +181,5 @@ __all__ = [
     "running_by_scope",
     "throughput_window",
     "transition_problem",
+    "usage_by_scope",
 ]

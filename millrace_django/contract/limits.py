@@ -185,3 +185,52 @@ class Admission:
             scope: [at for at in self._starts[scope] if at > self.now - horizon]
             for scope, horizon in self._horizon.items()
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitUsage:
+    """One queue's or one function's limit, and its use now. A function keyed by an
+    argument is one entry: its limit applies to each key, ``keys`` of which have jobs
+    running or waiting."""
+
+    scope: str
+    concurrency: int | None
+    rate: Rate | None
+    running: int
+    """Its jobs ``processing`` (an expired lease included)."""
+    waiting: int
+    """Its jobs ``enqueued``: held back while the limit has no room."""
+    keys: int = 0
+
+
+def usage_by_scope(
+    running: Iterable[Sequence[Limit]], waiting: Iterable[tuple[Sequence[Limit], int]]
+) -> list[LimitUsage]:
+    """Per queue and function, in scope order: the limit its latest job carries (running
+    first, then waiting), and how many of its jobs run and wait; ``waiting`` pairs the
+    limits of waiting jobs with how many carry them."""
+    limit: dict[str, Limit] = {}
+    counts: dict[str, list[int]] = {}
+    keys: dict[str, set[str]] = {}
+    tallied = [(limits, 1, 0) for limits in running]
+    tallied += [(limits, 0, n) for limits, n in waiting]
+    for limits, runs, waits in tallied:
+        for one in limits:
+            scope, _, key = one.scope.partition("#")
+            limit.setdefault(scope, one)
+            counted = counts.setdefault(scope, [0, 0])
+            counted[0] += runs
+            counted[1] += waits
+            if key:
+                keys.setdefault(scope, set()).add(key)
+    return [
+        LimitUsage(
+            scope=scope,
+            concurrency=limit[scope].concurrency,
+            rate=limit[scope].rate,
+            running=counts[scope][0],
+            waiting=counts[scope][1],
+            keys=len(keys.get(scope, ())),
+        )
+        for scope in sorted(limit)
+    ]

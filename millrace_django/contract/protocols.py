@@ -19,6 +19,7 @@ from enum import Flag, auto
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
+from millrace_django.contract.limits import LimitUsage
 from millrace_django.contract.monitoring import (
     InstanceQuery,
     InstanceSummary,
@@ -378,6 +379,13 @@ class MonitoringStorage(Protocol):
 
     def query_instances(self, query: InstanceQuery) -> Page[InstanceSummary]:
         """Newest first (``created_at``, then id, descending); keyset-paged."""
+        ...
+
+    def get_limit_usage(self) -> list[LimitUsage]:
+        """Per queue and function whose jobs carry a limit, in scope order: the limit (as
+        its latest job carries it) and how many of its active jobs run and wait (see
+        :func:`~millrace_django.contract.usage_by_scope`). Reads the jobs in flight and
+        the limited jobs waiting, never a finished job."""
         ...
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:

@@ -276,6 +276,7 @@ def queues(request: HttpRequest) -> JsonResponse:
             "workers": None
             if registry is None
             else [wire.registered_worker(worker) for worker in registry],
+            "limits": [wire.limit_usage(usage) for usage in services.limit_usage()],
         }
     )
 

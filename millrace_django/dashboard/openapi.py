@@ -308,6 +308,23 @@ SCHEMAS: Schema = {
                     ),
                 }
             ),
+            "limits": {
+                "type": "array",
+                "description": "Per queue and job function whose jobs carry a limit: the "
+                "limit and how many of its jobs run and wait (read from active jobs only).",
+                "items": _object(
+                    {
+                        "scope": STRING,
+                        "kind": {"enum": ["queue", "job"]},
+                        "name": STRING,
+                        "concurrency": _nullable(INTEGER),
+                        "rate": _nullable({"type": "string", "examples": ["10/s", "600/m"]}),
+                        "running": INTEGER,
+                        "waiting": INTEGER,
+                        "keys": INTEGER,
+                    }
+                ),
+            },
         }
     ),
     "Done": _object(
@@ -470,8 +487,9 @@ PATHS: Schema = {
         "parameters": [_path("action", {"enum": [a.value for a in JobAction]})],
     },
     "/queues": _get(
-        "Queues (enqueued count, paused) and the worker registry (null: not offered by the "
-        "storage); a worker not seen for 3 heartbeats is gone",
+        "Queues (enqueued count, paused), the worker registry (null: not offered by the "
+        "storage; a worker not seen for 3 heartbeats is gone) and the flow-control limits in "
+        "use",
         _json(_ref("Queues"), "queues and workers"),
     ),
     "/queues/{queue}/{action}": {

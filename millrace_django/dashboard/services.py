@@ -18,6 +18,7 @@ from millrace_django.conf import get_settings
 from millrace_django.contract import (
     JSON,
     JobStorage,
+    LimitUsage,
     MonitoringStorage,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
@@ -127,6 +128,11 @@ def worker_census() -> WorkerCensus | None:
         return None
     alive = [worker for worker in registry if not worker.gone]
     return WorkerCensus(alive=alive, gone=len(registry) - len(alive))
+
+
+def limit_usage() -> list[LimitUsage]:
+    """Per queue and job function whose jobs carry a limit: the limit and its use now."""
+    return monitoring().get_limit_usage()
 
 
 def paused_queues() -> frozenset[str] | None:

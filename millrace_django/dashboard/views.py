@@ -8,6 +8,7 @@ cursor renders the page with the error and status 400.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,7 @@ from millrace_django.contract import (
     InstanceState,
     JobDetails,
     JobState,
+    LimitUsage,
     OverlapPolicy,
     Page,
     RecurringSummary,
@@ -248,6 +250,24 @@ class QueueRow:
     enqueued: int
     configured: bool
     url: str
+
+
+@dataclass(frozen=True, slots=True)
+class LimitRow:
+    kind: str
+    name: str
+    usage: LimitUsage
+    url: str
+    """The scope's waiting jobs in the job list."""
+
+
+def _limit_rows(usages: Sequence[LimitUsage]) -> list[LimitRow]:
+    rows = []
+    for usage in usages:
+        kind, _, name = usage.scope.partition(":")
+        waiting = {"queue": name} if kind == "queue" else {"target": name}
+        rows.append(LimitRow(kind, name, usage, _jobs_url(**waiting, state="enqueued")))
+    return rows
 
 
 def _queue_rows(depths: Any, paused: frozenset[str] | None = None) -> list[QueueRow]:
@@ -617,6 +637,7 @@ def queues(request: HttpRequest) -> HttpResponse:
         {
             "queues": _queue_rows(stats.enqueued_by_queue, paused),
             "paused": paused,
+            "limits": _limit_rows(services.limit_usage()),
             "registry": services.worker_registry(),
             "gone_after": services.GONE_AFTER_HEARTBEATS,
         },

@@ -19,6 +19,7 @@ from millrace_django.contract import (
     JobDetails,
     JobStatistics,
     JobSummary,
+    LimitUsage,
     Page,
     RecurringSummary,
     RetrySpec,
@@ -180,6 +181,20 @@ def statistics(stats: JobStatistics) -> dict[str, Any]:
         "instancesByState": {state.value: n for state, n in stats.instances_by_state.items()},
         "recurringDefinitions": stats.recurring_definitions,
         "overdueRecurringDefinitions": stats.overdue_recurring_definitions,
+    }
+
+
+def limit_usage(usage: LimitUsage) -> dict[str, Any]:
+    kind, _, name = usage.scope.partition(":")
+    return {
+        "scope": usage.scope,
+        "kind": kind,
+        "name": name,
+        "concurrency": usage.concurrency,
+        "rate": None if usage.rate is None else str(usage.rate),
+        "running": usage.running,
+        "waiting": usage.waiting,
+        "keys": usage.keys,
     }
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
 from typing import ClassVar
+from uuid import UUID
 
 import pytest
 
@@ -28,7 +29,7 @@ from millrace_django.conformance.support import (
     succeed,
     transition,
 )
-from millrace_django.contract import JobRecord, JobState, JobTransition, Limit, Rate
+from millrace_django.contract import JobRecord, JobState, JobTransition, Limit, LimitUsage, Rate
 
 SCOPE = "job:conformance.dummy:run"
 HELD_BACK = 20
@@ -37,12 +38,20 @@ RATE_STEP = timedelta(milliseconds=100)
 RATE_STEPS = 30
 
 
-def _limited(concurrency: int | None = None, rate: Rate | None = None, scope: str = SCOPE):
+def _limited(
+    concurrency: int | None = None, rate: Rate | None = None, scope: str = SCOPE
+) -> tuple[Limit, ...]:
     return (Limit(scope=scope, concurrency=concurrency, rate=rate),)
 
 
-def _processing(store: StoreUnderTest, ids: list) -> int:
+def _processing(store: StoreUnderTest, ids: list[UUID]) -> int:
     return sum(stored_job(store, job_id).state is JobState.PROCESSING for job_id in ids)
+
+
+def _started(job: JobRecord) -> datetime:
+    """When a claim started ``job``: its lease's start."""
+    assert job.lease_until is not None
+    return job.lease_until - LEASE
 
 
 class _Peak:
@@ -124,7 +133,7 @@ class LimitFacts(FactGroup):
         workers = [f"w{n}" for n in range(RACERS)]
         for _ in range(RATE_STEPS):
             per_worker = race(store, [partial(claim, store, w, max_count=7) for w in workers])
-            starts += [job.lease_until - LEASE for taken in per_worker for job in taken]
+            starts += [_started(job) for taken in per_worker for job in taken]
             clock.advance(RATE_STEP)
 
         starts.sort()
@@ -235,3 +244,33 @@ class LimitFacts(FactGroup):
         (job,) = claim(store, "w1")
         assert job.limits == limits
         assert job == stored_job(store, job_id)
+
+    def test_limit_usage_counts_running_and_waiting_jobs_per_queue_and_function(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """The limit usage read gives, per queue and function, the limit and how many of
+        its jobs run and wait (a function keyed by an argument is one entry with its
+        keys counted); a finished job no longer counts, a job without limits never."""
+        queue_limit = Limit(scope="queue:default", concurrency=5)
+        for key in ("a", "a", "b"):
+            enqueue(store, clock, limits=(queue_limit, *_limited(1, scope=f"{SCOPE}#{key}")))
+        enqueue(store, clock)
+        taken = claim(store, "w1", max_count=10)
+        assert len(taken) == 3  # one per key, and the job without limits
+
+        def usage(running: int, waiting: int, keys: int) -> list[LimitUsage]:
+            return [
+                LimitUsage(
+                    scope=SCOPE, concurrency=1, rate=None, running=running, waiting=waiting,
+                    keys=keys,
+                ),
+                LimitUsage(
+                    scope="queue:default", concurrency=5, rate=None, running=running,
+                    waiting=waiting,
+                ),
+            ]  # fmt: skip
+
+        assert store.monitoring.get_limit_usage() == usage(running=2, waiting=1, keys=2)
+        for job in taken:
+            assert store.jobs.apply(succeed(job, clock))
+        assert store.monitoring.get_limit_usage() == usage(running=0, waiting=1, keys=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -19,6 +20,7 @@ from millrace_django.contract import (
     JobState,
     JobStatistics,
     JobSummary,
+    LimitUsage,
     Page,
     RecurringQuery,
     RecurringRecord,
@@ -33,6 +35,7 @@ from millrace_django.contract import (
     encode_time_text,
     floor_minute,
     throughput_window,
+    usage_by_scope,
 )
 from millrace_django.storage.memory.store import MemoryJobStore
 from millrace_django.storage.memory.tables import Tables
@@ -163,6 +166,16 @@ class MemoryMonitoring:
     def fold_statistics(self, limit: int) -> int:
         """Nothing to fold: memory counts its own tables."""
         return 0
+
+    def get_limit_usage(self) -> list[LimitUsage]:
+        with self._store._reading() as tables:
+            active = [tables.jobs[job_id] for job_id in tables.ready]  # enqueued, processing
+        running = [job.limits for job in active if job.state is JobState.PROCESSING]
+        waiting = Counter(job.limits for job in active if job.state is JobState.ENQUEUED)
+        return usage_by_scope(
+            (limits for limits in running if limits),
+            ((limits, n) for limits, n in waiting.items() if limits),
+        )
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         minutes = throughput_window(since, until)

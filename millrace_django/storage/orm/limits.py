@@ -16,11 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
-from millrace_django.contract import Admission, Limit, limits_of, running_by_scope
+from millrace_django.contract import (
+    Admission,
+    Limit,
+    LimitUsage,
+    limits_of,
+    running_by_scope,
+    usage_by_scope,
+)
 from millrace_django.models import Job
 from millrace_django.models import JobStateCode as Code
 from millrace_django.models import Limit as LimitRow
@@ -79,6 +87,28 @@ def expired_limited(
 def running_limits(jobs: QuerySet[Job]) -> QuerySet[Job, object]:
     """The limits of every limited job ``processing`` (the jobs in flight only)."""
     return jobs.filter(state=Code.PROCESSING, limited=True).values_list("limits", flat=True)
+
+
+def waiting_limits(jobs: QuerySet[Job]) -> QuerySet[Any, Any]:
+    """How many limited jobs wait with each distinct value of limits (one per function,
+    or key, and queue): the limited lane of ``millrace_job_ready``, grouped."""
+    return (
+        jobs.filter(state=Code.ENQUEUED, limited=True)
+        .values("limits")
+        .annotate(n=Count("seq"))
+        .order_by()
+    )
+
+
+def limit_usage(ctx: OrmContext) -> list[LimitUsage]:
+    """See :meth:`~millrace_django.contract.MonitoringStorage.get_limit_usage`."""
+
+    def read() -> list[LimitUsage]:
+        running = [limits_of(stored) for stored in running_limits(ctx.jobs())]
+        waiting = [(limits_of(row["limits"]), row["n"]) for row in waiting_limits(ctx.jobs())]
+        return usage_by_scope(running, waiting)
+
+    return ctx.tx.read(read)
 
 
 def scope_rows(rows: QuerySet[LimitRow], scopes: Iterable[str]) -> QuerySet[LimitRow]:

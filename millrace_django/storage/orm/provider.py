@@ -26,6 +26,7 @@ from millrace_django.contract import (
     JobStatistics,
     JobSummary,
     JobTransition,
+    LimitUsage,
     NewInstance,
     Page,
     ProgressReport,
@@ -42,6 +43,7 @@ from millrace_django.errors import StorageError
 from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.jobs import OrmJobs
+from millrace_django.storage.orm.limits import limit_usage
 from millrace_django.storage.orm.monitoring import OrmMonitoring
 from millrace_django.storage.orm.notify import DEFAULT_CHANNEL, PostgresWakeups
 from millrace_django.storage.orm.transactions import (
@@ -277,6 +279,9 @@ class DjangoStorage:
 
     def query_jobs(self, query: JobQuery) -> Page[JobSummary]:
         return self._monitoring.query_jobs(query)
+
+    def get_limit_usage(self) -> list[LimitUsage]:
+        return limit_usage(self._ctx)
 
     def get_job_details(self, job_id: UUID) -> JobDetails | None:
         return self._monitoring.get_job_details(job_id)
