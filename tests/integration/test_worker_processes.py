@@ -242,3 +242,21 @@ def test_a_hanging_job_is_killed_at_its_hard_timeout_and_the_worker_keeps_draini
     assert sorted(e.job_id for e in done) == sorted(draining)  # the hanging job never finished
     assert {e.pid for e in done} == {worker.pid}  # on the worker's one thread
     assert worker.running()
+
+
+def test_the_worker_keeps_renewing_the_lease_of_a_job_running_in_its_child_process(
+    client: JobClient, processes: Processes, ledger: Ledger
+) -> None:
+    # The limit (4 s) outlasts the lease (2 s): without heartbeats while the child runs,
+    # the second worker would reclaim the job and start it again before the kill.
+    workers = [processes.start("millrace_worker", "--concurrency=1") for _ in range(2)]
+    for worker in workers:
+        worker.wait_for_log(STARTED)
+    job_id = client.enqueue(ledger_jobs.hold.using(hard_timeout=4), 600.0)
+    wait_until(lambda: state(job_id) is JobState.DEAD, 60, "the kill")
+
+    (start,) = ledger.entries("start")  # one start: never reclaimed
+    row = job_row(job_id)
+    assert (row.attempt, row.failures) == (1, 1)
+    assert row.finished_at is not None
+    assert 3.9 <= row.finished_at.timestamp() - start.at < 8
