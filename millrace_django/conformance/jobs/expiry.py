@@ -21,7 +21,7 @@ from millrace_django.conformance.support import (
     race,
     stored_job,
 )
-from millrace_django.contract import JobState, expired_reason
+from millrace_django.contract import JobState, TenantFilter, expired_reason
 
 
 class ExpiryFacts(FactGroup):
@@ -81,6 +81,25 @@ class ExpiryFacts(FactGroup):
         for job_id, job in before.items():
             assert stored_job(store, job_id) == job
         assert store.jobs.expire_due(clock.now(), 100) == 0
+
+    def test_expired_jobs_are_counted_cancelled_where_they_were_counted_waiting(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """The statistics move an expired job from its waiting state to ``cancelled``
+        (in the same atom as the sweep, like any end)."""
+        deadline = clock.now() + timedelta(minutes=1)
+        for _ in range(3):
+            enqueue(store, clock, queue="counted", expires_at=deadline)
+        job_in_state(store, clock, JobState.SCHEDULED, expires_at=deadline)
+        before = store.monitoring.get_statistics(TenantFilter.any()).jobs_by_state
+        clock.set(deadline)
+
+        assert store.jobs.expire_due(clock.now(), 100) == 4
+
+        after = store.monitoring.get_statistics(TenantFilter.any()).jobs_by_state
+        assert after[JobState.ENQUEUED] == before[JobState.ENQUEUED] - 3
+        assert after[JobState.SCHEDULED] == before[JobState.SCHEDULED] - 1
+        assert after[JobState.CANCELLED] == before[JobState.CANCELLED] + 4
 
     def test_expire_due_takes_at_most_limit_soonest_deadline_first(
         self, store: StoreUnderTest, clock: FakeClock
