@@ -51,3 +51,8 @@ def until_cancelled(context: JobContext) -> str:
 @job
 def unstorable() -> object:
     return {1, 2}
+
+
+@job(hard_timeout=7)
+def nightly() -> None:
+    """A recurring job whose occurrences take the decorator's hard timeout."""

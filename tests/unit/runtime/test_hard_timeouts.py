@@ -13,7 +13,7 @@ from uuid import UUID
 import pytest
 
 from millrace_django.clock import FakeClock
-from millrace_django.contract import JobState
+from millrace_django.contract import ClaimRequest, JobState
 from millrace_django.engine import JobClient, Retry
 from millrace_django.runtime import RuntimeSettings, isolation
 from millrace_django.storage.memory import MemoryStorage
@@ -164,3 +164,18 @@ def test_the_test_runner_runs_a_hard_timeout_job_in_the_tests_own_process(
         job_id = child_jobs.report_and_return.using(hard_timeout=30).enqueue(3)
         assert runner.run_until_idle() == 1
         assert runner.assert_succeeded(job_id).result == {"pid": os.getpid(), "n": 3}
+
+
+def test_recurring_jobs_take_the_hard_timeout_of_the_decorator_only(
+    client: JobClient, storage: MemoryStorage
+) -> None:
+    client.upsert_recurring("nightly", child_jobs.nightly, cron="0 3 * * *")
+    assert client.trigger_recurring("nightly")
+    (fired,) = storage.claim(
+        ClaimRequest(
+            worker_id="w", queues=frozenset({"default"}), max_count=1, lease=timedelta(minutes=1)
+        )
+    )
+    assert fired.hard_timeout == timedelta(seconds=7)
+    with pytest.raises(ValueError, match="hard timeout comes from @job"):
+        client.upsert_recurring("other", child_jobs.hang.using(hard_timeout=3), cron="0 4 * * *")
