@@ -103,9 +103,10 @@ class LimitFacts(FactGroup):
     def test_racing_claimers_never_start_more_than_the_concurrency_limit(
         self, store: StoreUnderTest, clock: FakeClock, limit: int
     ) -> None:
-        """8 racers draining 20 jobs of one scope with a concurrency limit of 1, 2 or 5
-        never hold more than that many at once, and drain them all; a lone claimer then
-        finds the scope full at exactly the limit."""
+        """8 racers never hold more jobs of a scope than its limit of 1, 2 or 5.
+
+        They race for 20 jobs at once (at most the limit start, a lone claimer then fills
+        it exactly), then drain the rest, never holding more than the limit together."""
         ids = store.jobs.enqueue(
             [make_job(clock, limits=_limited(limit)) for _ in range(HELD_BACK)]
         )
@@ -126,8 +127,10 @@ class LimitFacts(FactGroup):
     def test_racing_claimers_never_exceed_a_rate_in_any_window(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A rate of 50/s, 8 racers claiming every 0.1 s for 3 s: no window of one second
-        holds more than 50 starts, and the rate is used (at least 50 per second)."""
+        """No one-second window holds more than 50 starts under a rate of 50/s.
+
+        8 racers claim every 0.1 s for 3 s of the clock; the rate is used, too (at least
+        50 starts a second)."""
         store.jobs.enqueue([make_job(clock, limits=_limited(rate=RATE)) for _ in range(400)])
         starts: list[datetime] = []
         workers = [f"w{n}" for n in range(RACERS)]
@@ -146,9 +149,11 @@ class LimitFacts(FactGroup):
     def test_every_exit_from_processing_frees_the_slot(
         self, store: StoreUnderTest, clock: FakeClock, exit_path: str
     ) -> None:
-        """With a limit of 1, a second job waits while the first runs, and one job starts
-        once the first leaves processing: by success, failure, death, cancellation,
-        release or give-back."""
+        """Each way out of processing frees the slot for the next job.
+
+        With a limit of 1, a second job waits while the first runs, and one job starts
+        once the first leaves by success, failure, death, cancellation, release or
+        give-back."""
         first = enqueue(store, clock, limits=_limited(1))
         second = enqueue(store, clock, limits=_limited(1))
         (job,) = claim(store, "w1", max_count=2)
@@ -164,8 +169,9 @@ class LimitFacts(FactGroup):
     def test_an_expired_lease_keeps_its_slot_until_reclaimed(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """With a limit of 1, a job whose lease expired still holds the slot (its worker
-        may still run it): a claim reclaims that job, never starts a second one."""
+        """A job whose lease expired keeps its slot: a claim takes it over, starts no other.
+
+        With a limit of 1, its worker may still be running it."""
         first = enqueue(store, clock, limits=_limited(1))
         second = enqueue(store, clock, limits=_limited(1))
         (job,) = claim(store, "w1", max_count=2)
@@ -194,8 +200,10 @@ class LimitFacts(FactGroup):
     def test_a_job_starts_only_within_every_limit_it_carries(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A job under a queue limit of 3 and a function limit of 1 starts only when both
-        have room: one of its function runs, while jobs of other functions fill the queue."""
+        """A job starts only while every limit it carries has room.
+
+        Under a queue limit of 3 and a function limit of 1: one job of the function runs,
+        and jobs of other functions fill the queue."""
         queue_limit = Limit(scope="queue:default", concurrency=3)
         for _ in range(3):
             enqueue(store, clock, limits=(queue_limit, *_limited(1)))
@@ -211,8 +219,7 @@ class LimitFacts(FactGroup):
     def test_held_back_jobs_never_hold_back_jobs_without_limits(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Jobs held back by a limit, ahead in claim order, do not stop a claim from
-        taking the jobs without limits behind them."""
+        """Jobs held back by a limit never hold back the jobs without limits behind them."""
         limited = [enqueue(store, clock, priority=5, limits=_limited(1)) for _ in range(10)]
         plain = [enqueue(store, clock) for _ in range(5)]
 
@@ -248,9 +255,10 @@ class LimitFacts(FactGroup):
     def test_limit_usage_counts_running_and_waiting_jobs_per_queue_and_function(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """The limit usage read gives, per queue and function, the limit and how many of
-        its jobs run and wait (a function keyed by an argument is one entry with its
-        keys counted); a finished job no longer counts, a job without limits never."""
+        """Limit usage gives per queue and function the limit and its running and waiting jobs.
+
+        A function keyed by an argument is one entry, its active keys counted; a finished
+        job no longer counts, a job without limits never."""
         queue_limit = Limit(scope="queue:default", concurrency=5)
         for key in ("a", "a", "b"):
             enqueue(store, clock, limits=(queue_limit, *_limited(1, scope=f"{SCOPE}#{key}")))
