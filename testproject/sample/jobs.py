@@ -68,6 +68,14 @@ def import_broken_file(path: str) -> None:
     raise ValueError(f"{path}: line 1: not a CSV file")
 
 
+@job(concurrency=1, rate="5/s", limit_key="customer_id")
+def sync_customer(customer_id: str) -> str:
+    """Limited: one sync per customer at a time, five starts a second, across every
+    worker (the queues page lists the limit with its running and waiting jobs)."""
+    time.sleep(0.5)
+    return f"customer {customer_id} synced"
+
+
 @job(queue="reports")
 def long_report(seconds: float, context: JobContext) -> str:
     """Cancellable long job: reports progress and stops when its cancellation fires."""

@@ -49,6 +49,9 @@ def enqueue_samples() -> dict[str, object]:
     created["batch"] = tuple(batch.ids)
     created["retry then success"] = sample.flaky_sync.enqueue("acme")
     created["failure to dead"] = sample.import_broken_file.enqueue("uploads/orders.xlsx")
+    created["limited"] = tuple(
+        sample.sync_customer.enqueue(customer) for customer in ("acme", "acme", "globex")
+    )
     report = sample.long_report.enqueue(REPORT_SECONDS)
     created["cancellable long job"] = report
     sample.cancel_job.schedule(str(report), delay=CANCEL_AFTER)
@@ -76,6 +79,7 @@ EXPECTED = (
     Expectation(sample.resize_image, JobState.SUCCEEDED),
     Expectation(sample.flaky_sync, JobState.SUCCEEDED, attempts=2),
     Expectation(sample.import_broken_file, JobState.DEAD, attempts=2),
+    Expectation(sample.sync_customer, JobState.SUCCEEDED),
     Expectation(sample.long_report, JobState.CANCELLED),
     Expectation(sample.cancel_job, JobState.SUCCEEDED),
     Expectation(sample.fetch_rates, JobState.SUCCEEDED),
