@@ -6,7 +6,6 @@ Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -16,7 +15,7 @@ from millrace_django.conformance.support import make_job, succeed
 from millrace_django.contract import ClaimRequest, Limit
 from millrace_django.storage.orm import DjangoStorage
 from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
-from tests.integration.notifications import store_on
+from tests.integration.test_postgres_hot_path import clock, store
 from tests.integration.wire import wire_messages
 
 ALIAS = "postgres"
@@ -26,15 +25,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, data
 ONE = (Limit(scope="job:cost", concurrency=1),)
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> Iterator[DjangoStoreUnderTest]:
-    with store_on(ALIAS, clock) as store:
-        yield store
+__all__ = ["clock", "store"]  # the fixtures, shared
 
 
 def request(count: int) -> ClaimRequest:

@@ -18,23 +18,18 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import quote
 from uuid import UUID
 
 import pytest
-from django.db import connections
 
-from millrace_django.clock import SystemClock
 from millrace_django.contract import JobState, job_scope
-from millrace_django.engine import EngineSettings, JobClient, Retry
+from millrace_django.engine import JobClient
 from millrace_django.models import JOB_STATE_CODES, Job, Limit
-from millrace_django.storage.orm import DjangoStorage
 from tests.conformance.django_harness import require_alias
 from tests.integration import ledger_jobs
 from tests.integration.processes import Ledger, Processes, wait_until
+from tests.integration.test_worker_processes import client, ledger, processes
 
 ALIAS = "postgres"
 require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
@@ -48,27 +43,7 @@ HOLD = job_scope("tests.integration.ledger_jobs:hold")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def client() -> JobClient:
-    clock = SystemClock()
-    config = EngineSettings(queues=frozenset({"default"}), default_retry=Retry.none())
-    return JobClient(DjangoStorage(ALIAS, clock), clock, config)
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> Ledger:
-    return Ledger(tmp_path / "ledger.txt")
-
-
-@pytest.fixture
-def processes(ledger: Ledger, tmp_path: Path) -> Iterator[Processes]:
-    s = connections[ALIAS].settings_dict
-    credentials = f"{quote(s['USER'], safe='')}:{quote(s['PASSWORD'], safe='')}"
-    url = f"postgres://{credentials}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
-    started = Processes(url, ledger, tmp_path)
-    yield started
-    started.close()
-    connections[ALIAS].close()
+__all__ = ["client", "ledger", "processes"]  # the fixtures, shared
 
 
 def start_workers(processes: Processes) -> None:
