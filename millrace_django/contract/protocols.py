@@ -94,6 +94,15 @@ class JobStorage(Protocol):
         enqueued or under an expired lease. An ``enqueued`` job past its deadline
         (``expires_at <= now``) is never claimed (:meth:`expire_due` ends it); an expired
         lease is reclaimed whatever the deadline (that execution had started).
+
+        A job that carries ``limits`` is claimed only as
+        :class:`~millrace_django.contract.Admission` allows, decided in the claim's own
+        atom after every claim of the scopes concerned that could start a job has been
+        serialized with this one: never more of a scope ``processing`` than its
+        ``concurrency``, never more starts of it in any window of its ``rate.period``
+        than ``rate.count``, across every claimer. The starts are recorded in the same
+        atom, stamped with the storage's clock. Jobs held back by a limit never stop the
+        claim from taking other claimable jobs, those without limits above all.
         """
         ...
 

@@ -71,12 +71,13 @@ class HotPath(Protocol):
 
 
 class OrmHotPath:
-    """Claim: lock the next enqueued rows and the next expired leases, skipping locked
+    """Claim: first the jobs with limits that may start (:mod:`.limits`), then lock the
+    next enqueued rows and the next expired leases without limits, skipping locked
     ones (``FOR UPDATE SKIP LOCKED``, ``READPAST`` on SQL Server, a no-op under SQLite's
     immediate transactions, which serialize writers anyway), each in claim order from
-    its own partial index; lease the first ``max_count`` of both (the others stay locked
-    until commit). Completion: lock the fenced rows, then one ``UPDATE`` with per-row
-    values."""
+    its own partial index; lease those and the first of both for the room left (the
+    others stay locked until commit). Completion: lock the fenced rows, then one
+    ``UPDATE`` with per-row values."""
 
     claim_is_one_statement = False
 
