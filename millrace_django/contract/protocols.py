@@ -141,7 +141,11 @@ class JobStorage(Protocol):
         and reports its own outcome: ``True``, ``False`` for a failed fence, or the
         :class:`~millrace_django.errors.StorageError` that :meth:`apply` would have raised
         (that transition changed nothing; the others are unaffected). Nothing raises for
-        one position's sake."""
+        one position's sake. One exception: a transition whose checkpoint expects the
+        revision an earlier one's checkpoint in the call leaves (a sibling step planned
+        onto it, see :mod:`~millrace_django.contract.chains`) is applied only if that
+        one was, and otherwise answers
+        :class:`~millrace_django.errors.ConcurrencyConflict`, changing nothing."""
         ...
 
     def report_progress(self, report: ProgressReport) -> bool:

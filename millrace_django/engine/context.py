@@ -69,6 +69,9 @@ class SideEffects:
     remerge: Callable[[], SideEffects] | None = None
     """Recomputes these effects against the instance as stored now, for when the
     checkpoint lost its revision race (the job's function is not run again)."""
+    replan: Callable[[WorkflowInstanceRecord], SideEffects] | None = None
+    """Recomputes these effects against the given state of the instance: the one a
+    sibling step's checkpoint, written in the same batch just before, leaves."""
 
 
 class JobContext:

@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager, nullcontext
 from millrace_django.clock import Clock
 from millrace_django.contract import JobStorage, JobTransition
 from millrace_django.errors import ConcurrencyConflict, StorageError
-from millrace_django.runtime.execution import flush_progress, remerge
+from millrace_django.runtime.execution import chain_checkpoints, flush_progress, remerge
 from millrace_django.runtime.hooks import Scope, daemon_thread
 from millrace_django.runtime.inflight import Execution
 from millrace_django.runtime.threads import JOIN_TIMEOUT
@@ -55,6 +55,18 @@ that went."""
 
 type Acknowledged = Callable[[list[Acknowledgement]], None]
 """Called with each written batch, in submission order."""
+
+
+def _chained(
+    batch: list[tuple[Execution, JobTransition | None]],
+) -> list[tuple[Execution, JobTransition | None]]:
+    """``batch`` with the checkpoints of sibling workflow steps chained
+    (:func:`~millrace_django.runtime.execution.chain_checkpoints`)."""
+    if sum(t is not None and t.checkpoint is not None for _, t in batch) < 2:
+        return batch
+    writes = [(execution.context, t) for execution, t in batch if t is not None]
+    chained = iter(chain_checkpoints(writes))
+    return [(execution, next(chained) if t is not None else None) for execution, t in batch]
 
 
 class Acknowledger:
@@ -130,6 +142,7 @@ class Acknowledger:
             self._urgent = False
         if not batch:
             return 0
+        batch = _chained(batch)
         writes = [(execution, t) for execution, t in batch if t is not None]
         for execution, _ in writes:
             self._flush_progress(execution)

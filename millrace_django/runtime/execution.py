@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from uuid import UUID
 
 from millrace_django.clock import Clock
 from millrace_django.contract import (
@@ -18,6 +20,7 @@ from millrace_django.contract import (
     JobStorage,
     JobTransition,
     ProgressReport,
+    WorkflowInstanceRecord,
 )
 from millrace_django.engine import (
     EngineConfig,
@@ -178,6 +181,34 @@ def _end(
             effects=context.side_effects,
         )
     )
+
+
+def chain_checkpoints(
+    writes: Sequence[tuple[JobContext, JobTransition]],
+) -> list[JobTransition]:
+    """The transitions of ``writes``, those checkpointing an instance already
+    checkpointed earlier in the list re-planned onto the state that one leaves (the
+    steps of a fan-out finish together: written as planned, every sibling but one would
+    lose the revision race and re-merge on a fresh read). Each still expects its own
+    revision, so the batch applies them in order as if one after the other; a sibling
+    whose predecessor is not written then conflicts and re-merges as before."""
+    after: dict[UUID, WorkflowInstanceRecord] = {}
+    chained: list[JobTransition] = []
+    for context, transition in writes:
+        checkpoint = transition.checkpoint
+        effects = context.side_effects
+        if checkpoint is not None and effects is not None:
+            previous = after.get(checkpoint.instance.id)
+            if previous is not None and effects.replan is not None:
+                effects = context.side_effects = effects.replan(previous)
+                transition = outcomes.with_side_effects(transition, effects)
+                checkpoint = transition.checkpoint
+            if checkpoint is not None:
+                after[checkpoint.instance.id] = replace(
+                    checkpoint.instance, revision=checkpoint.expected_revision + 1
+                )
+        chained.append(transition)
+    return chained
 
 
 def remerge(

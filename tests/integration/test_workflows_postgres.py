@@ -205,6 +205,22 @@ def test_a_fan_out_of_twenty_branches_completes_under_worker_restarts(
     _ = third
 
 
+def test_fan_outs_acknowledged_together_lose_no_branch(
+    workflows: WorkflowClient, processes: Processes, ledger: Ledger
+) -> None:
+    """Branches of one instance finishing together are acknowledged in one batch, each
+    planned onto the state the one before leaves: every branch's result is kept, and
+    each instance gathers once."""
+    ids = workflows.start_many(flows.FANOUT, [{"items": list(range(10))} for _ in range(30)])
+    worker(processes, "--concurrency=8")
+    for instance_id in ids:
+        reaches(workflows, instance_id, InstanceState.COMPLETED, timeout=60)
+        data = workflows.data(instance_id)
+        assert data["results"] == {str(n): n for n in range(10)}
+        assert data["gathered"] == 10
+    assert len(calls(ledger, "gather")) == 30
+
+
 def test_a_hundred_concurrent_signals_at_ten_waiting_instances_resume_each_exactly_once(
     workflows: WorkflowClient, processes: Processes, ledger: Ledger
 ) -> None:

@@ -511,3 +511,57 @@ class CheckpointFacts(FactGroup):
         after = store.monitoring.get_statistics(TenantFilter.any()).instances_by_state
         assert after[InstanceState.COMPLETED] == before[InstanceState.COMPLETED] + 2
         assert after[InstanceState.RUNNING] == before[InstanceState.RUNNING] - 2
+
+    def test_in_one_call_siblings_planned_one_onto_another_apply_in_order(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Steps of one instance, each expecting the revision the one before it in the
+        call leaves, are all applied: the instance ends at the last one's checkpoint."""
+        instance = _start_instance(store, clock)
+        branches = [_claim_activity(store, clock, instance, node) for node in "abc"]
+        transitions = [
+            succeed(
+                job,
+                clock,
+                checkpoint=_checkpoint(
+                    instance, clock, expected=1 + n, data={"done": list("abc"[: n + 1])}
+                ),
+            )
+            for n, job in enumerate(branches)
+        ]
+
+        assert store.jobs.apply_many(transitions) == [True, True, True]
+
+        stored = stored_instance(store, instance.id)
+        assert stored.revision == 4
+        assert stored.data == {"done": ["a", "b", "c"]}
+        for job in branches:
+            assert state_of(store, job.id) is JobState.SUCCEEDED
+
+    def test_in_one_call_a_sibling_planned_onto_an_unapplied_step_does_not_land(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A step expecting the revision an earlier step of the same call would leave is
+        not applied when that one is not, even if another writer brought the instance
+        to that revision meanwhile: it answers ``ConcurrencyConflict`` and changes
+        nothing (it was planned on the earlier step's state, not on the writer's)."""
+        instance = _start_instance(store, clock)
+        first, second = (_claim_activity(store, clock, instance, node) for node in "ab")
+        store.workflows.update_instance(with_fields(instance, data={"by": "other"}), 1)
+        moved_on = stored_instance(store, instance.id)
+        assert moved_on.revision == 2
+        transitions = [
+            succeed(first, clock, checkpoint=_checkpoint(instance, clock, expected=1, data={})),
+            succeed(
+                second,
+                clock,
+                checkpoint=_checkpoint(instance, clock, expected=2, data={"by": "a+b"}),
+            ),
+        ]
+
+        results = store.jobs.apply_many(transitions)
+
+        assert all(isinstance(r, ConcurrencyConflict) for r in results), results
+        _assert_untouched_processing(store, first)
+        _assert_untouched_processing(store, second)
+        _assert_instance(store, instance.id, moved_on)

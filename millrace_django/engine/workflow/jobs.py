@@ -194,6 +194,7 @@ def _settle(
             checkpoint=WorkflowCheckpoint(instance=record, expected_revision=instance.revision),
             bookmarks=tuple(planned.bookmarks),
             remerge=lambda: plan(storage.get_instance(instance_id)),
+            replan=plan,
         )
 
     context.ride_on_success(plan(first))

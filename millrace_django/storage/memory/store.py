@@ -44,6 +44,7 @@ from millrace_django.contract import (
     running_by_scope,
     transition_problem,
 )
+from millrace_django.contract.chains import predecessors, unapplied_predecessor
 from millrace_django.errors import (
     ConcurrencyConflict,
     DuplicateJobId,
@@ -226,7 +227,12 @@ class MemoryJobStore:
 
     def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
         outcomes: list[bool | StorageError] = []
-        for transition in transitions:
+        after = predecessors(transitions)
+        for position, transition in enumerate(transitions):
+            before = after.get(position)
+            if before is not None and outcomes[before] is not True:
+                outcomes.append(unapplied_predecessor(transition))
+                continue
             try:
                 outcomes.append(self.apply(transition))
             except StorageError as error:

@@ -27,6 +27,7 @@ from millrace_django.storage.orm import history, queries, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.limits import pick_limited
 from millrace_django.storage.orm.rows import job_record
+from millrace_django.storage.orm.steps import Chain
 from millrace_django.storage.orm.workflows import checkpoint_many
 
 
@@ -54,14 +55,12 @@ class HotPath(Protocol):
         portable path then runs)."""
         ...
 
-    def checkpoint(
-        self, ctx: OrmContext, transitions: Sequence[JobTransition]
-    ) -> list[bool | None]:
-        """Lock the jobs of ``transitions`` (workflow successes of distinct jobs and
-        instances, each carrying a checkpoint) whose fence holds, and set the checkpoints
-        of those whose instance is unfinished and at its expected revision. Per
-        transition: ``True`` (fenced, checkpoint set), ``None`` (fenced, its instance
-        moved on: nothing set) or ``False`` (fence lost)."""
+    def checkpoint(self, ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
+        """Lock the jobs of ``chains`` (workflow successes of distinct jobs, one chain
+        per instance) whose fence holds, and set the checkpoint of each chain whose
+        fences all hold and whose instance is unfinished and at its expected revision.
+        Per step, chain after chain: ``True`` (fenced, checkpoint set), ``None``
+        (fenced, nothing set) or ``False`` (fence lost)."""
         ...
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
@@ -104,17 +103,17 @@ class OrmHotPath:
             rows += sorted(ready + expired, key=lambda row: (-row.priority, row.seq))[:room]
         return lease(ctx, rows, request, now)
 
-    def checkpoint(
-        self, ctx: OrmContext, transitions: Sequence[JobTransition]
-    ) -> list[bool | None]:
-        fenced = set(queries.fenced_batch(ctx.jobs(), transitions).values_list("uuid", flat=True))
-        holding = [t.checkpoint for t in transitions if t.job_id in fenced]
-        moved = checkpoint_many(ctx, [c for c in holding if c is not None])
+    def checkpoint(self, ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
+        steps = [t for chain in chains for t in chain.steps]
+        fenced = set(queries.fenced_batch(ctx.jobs(), steps).values_list("uuid", flat=True))
+        whole = [c for c in chains if all(t.job_id in fenced for t in c.steps)]
+        moved = checkpoint_many(ctx, [(c.checkpoint, len(c.steps)) for c in whole])
         return [
-            (t.checkpoint is not None and t.checkpoint.instance.id in moved) or None
-            if t.job_id in fenced
-            else False
-            for t in transitions
+            True
+            if chain.checkpoint.instance.id in moved
+            else (None if t.job_id in fenced else False)
+            for chain in chains
+            for t in chain.steps
         ]
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:

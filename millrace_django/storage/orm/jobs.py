@@ -27,6 +27,7 @@ from millrace_django.contract import (
     WorkerHeartbeat,
     expired_reason,
 )
+from millrace_django.contract.chains import predecessors, unapplied_predecessor
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
@@ -136,19 +137,25 @@ class OrmJobs:
         """The workflow steps together where they can be, then the others one by one,
         in one transaction."""
         outcomes: dict[int, bool | StorageError] = {}
-        batch = steps.batchable(transitions, positions)
-        if batch:
+        chained = steps.chains(transitions, positions)
+        if chained:
+            batch = [steps.Chain(tuple(transitions[p] for p in chain)) for chain in chained]
             try:
-                results = self._ctx.tx.write(
-                    lambda: steps.apply_steps(self._ctx, [transitions[p] for p in batch])
-                )
+                results = self._ctx.tx.write(lambda: steps.apply_steps(self._ctx, batch))
             except StorageError:
-                results = [None] * len(batch)  # rolled back: each is applied on its own
-            for position, result in zip(batch, results, strict=True):
+                results = [None] * sum(map(len, chained))  # rolled back: one by one
+            flat = [position for chain in chained for position in chain]
+            for position, result in zip(flat, results, strict=True):
                 if result is not None:
                     outcomes[position] = result
         left = [position for position in positions if position not in outcomes]
-        outcomes.update(self._apply_each(transitions, left))
+        after = predecessors(transitions)
+        for position in left:
+            before = after.get(position)
+            if before is not None and outcomes.get(before) is not True:
+                outcomes[position] = unapplied_predecessor(transitions[position])
+            else:
+                outcomes.update(self._apply_each(transitions, [position]))
         return outcomes
 
     def _apply_each(

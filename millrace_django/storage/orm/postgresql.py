@@ -39,7 +39,6 @@ from millrace_django.contract import (
     JobTransition,
     Limit,
     RetrySpec,
-    WorkflowCheckpoint,
     limits_json,
 )
 from millrace_django.errors import DuplicateJobId
@@ -67,6 +66,7 @@ from millrace_django.storage.orm.rows import (
     job_values,
     retry_json,
 )
+from millrace_django.storage.orm.steps import Chain
 from millrace_django.storage.orm.transactions import InsertConflict
 
 LOST_PREPARED_STATEMENT = "26000"
@@ -476,41 +476,49 @@ SELECT pg_notify(%(channel)s, q.queue) FROM (SELECT DISTINCT queue FROM woken) A
     {"parents": "uuid[]", "channel": "text"},
 )
 
-# Workflow steps' checkpoints (storage/orm/steps.py): the jobs whose fence holds are
-# locked, and the instances of those that are unfinished and at their expected revision
-# replaced, in one statement; each row answers a transition by number: fenced, and
-# whether its instance moved (with what the counts of an instance ending there need).
+# Workflow steps' checkpoints (storage/orm/steps.py), one per chain of steps of an
+# instance: the steps' jobs whose fence holds are locked, and each chain whose fences all
+# hold has its instance replaced if that is unfinished and at the chain's expected
+# revision, in one statement; each row answers a step by number: fenced, and whether its
+# chain's instance moved.
 _CHECKPOINT = _Statement(
     "checkpoint",
     f"""
 WITH fenced AS (
-    SELECT t.n FROM {_JOBS} AS j
-    JOIN unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[])
-         WITH ORDINALITY AS t (uuid, worker_id, attempt, n)
+    SELECT t.n, t.chain FROM {_JOBS} AS j
+    JOIN unnest(%(ids)s::uuid[], %(workers)s::text[], %(attempts)s::integer[],
+                %(chains)s::integer[])
+         WITH ORDINALITY AS t (uuid, worker_id, attempt, chain, n)
       ON j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
     WHERE j.state = {Code.PROCESSING}
     FOR UPDATE OF j
+), whole AS (
+    SELECT chain FROM fenced GROUP BY chain
+    HAVING count(*) = (%(lengths)s::integer[])[chain]
 ), moved AS (
     UPDATE {_INSTANCES} AS i
     SET definition_id = c.definition_id, definition_version = c.definition_version,
-        state = c.state, data = c.data, cursor = c.cursor, revision = c.expected + 1,
+        state = c.state, data = c.data, cursor = c.cursor,
+        revision = c.expected + (%(lengths)s::integer[])[c.chain],
         tenant_id = c.tenant_id, created_at = c.created_at, updated_at = c.updated_at
     FROM unnest(%(instances)s::uuid[], %(expected)s::bigint[], %(definitions)s::text[],
                 %(versions)s::integer[], %(states)s::smallint[], %(data)s::jsonb[],
                 %(cursors)s::jsonb[], %(tenants)s::text[], %(created)s::timestamptz[],
                 %(updated)s::timestamptz[])
          WITH ORDINALITY AS c (id, expected, definition_id, definition_version, state, data,
-                               cursor, tenant_id, created_at, updated_at, n)
-    JOIN fenced AS f ON f.n = c.n
+                               cursor, tenant_id, created_at, updated_at, chain)
+    JOIN whole AS w ON w.chain = c.chain
     WHERE i.id = c.id AND i.revision = c.expected
       AND i.state NOT IN ({", ".join(map(str, sorted(tallies.TERMINAL_INSTANCE_CODES)))})
-    RETURNING c.n
+    RETURNING c.chain
 )
-SELECT f.n, m.n IS NOT NULL FROM fenced AS f LEFT JOIN moved AS m ON m.n = f.n""",
+SELECT f.n, m.chain IS NOT NULL FROM fenced AS f LEFT JOIN moved AS m ON m.chain = f.chain""",
     {
         "ids": "uuid[]",
         "workers": "text[]",
         "attempts": "integer[]",
+        "chains": "integer[]",
+        "lengths": "integer[]",
         "instances": "uuid[]",
         "expected": "bigint[]",
         "definitions": "text[]",
@@ -704,15 +712,18 @@ def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> 
     }
 
 
-def checkpoint_parameters(
-    transitions: Sequence[JobTransition], checkpoints: Sequence[WorkflowCheckpoint]
-) -> dict[str, Any]:
-    """The parameters of :data:`_CHECKPOINT`: each transition's fence and checkpoint."""
+def checkpoint_parameters(chains: Sequence[Chain]) -> dict[str, Any]:
+    """The parameters of :data:`_CHECKPOINT`: each step's fence and chain, and each
+    chain's checkpoint."""
+    steps = [t for chain in chains for t in chain.steps]
+    checkpoints = [chain.checkpoint for chain in chains]
     instances = [c.instance for c in checkpoints]
     return {
-        "ids": _uuid_array([t.job_id for t in transitions]),
-        "workers": _quoted_array([t.expected_worker_id for t in transitions]),
-        "attempts": _plain_array([t.expected_attempt for t in transitions]),
+        "ids": _uuid_array([t.job_id for t in steps]),
+        "workers": _quoted_array([t.expected_worker_id for t in steps]),
+        "attempts": _plain_array([t.expected_attempt for t in steps]),
+        "chains": _plain_array([n for n, chain in enumerate(chains, 1) for _ in chain.steps]),
+        "lengths": _plain_array([len(chain.steps) for chain in chains]),
         "instances": _uuid_array([i.id for i in instances]),
         "expected": _plain_array([c.expected_revision for c in checkpoints]),
         "definitions": _quoted_array([i.definition_id for i in instances]),
@@ -887,23 +898,22 @@ class PostgresHotPath:
         won = {n for (n,) in rows}
         return [n in won for n in range(1, len(transitions) + 1)]
 
-    def checkpoint(
-        self, ctx: OrmContext, transitions: Sequence[JobTransition]
-    ) -> list[bool | None]:
-        checkpoints = [t.checkpoint for t in transitions if t.checkpoint is not None]
-        assert len(checkpoints) == len(transitions), "a step without its checkpoint"
+    def checkpoint(self, ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
         connection = connections[ctx.alias]
-        rows = self._run(connection, _CHECKPOINT, checkpoint_parameters(transitions, checkpoints))
-        answers: list[bool | None] = [False] * len(transitions)
-        ended: Counter[Any] = Counter()
+        rows = self._run(connection, _CHECKPOINT, checkpoint_parameters(chains))
+        answers: list[bool | None] = [False] * sum(len(chain.steps) for chain in chains)
         for n, moved in rows:
             answers[n - 1] = True if moved else None
-            instance = checkpoints[n - 1].instance
-            if moved and instance.state in TERMINAL_INSTANCE_STATES:
+        ended: Counter[Any] = Counter()
+        first = 0
+        for chain in chains:
+            instance = chain.checkpoint.instance
+            if answers[first] and instance.state in TERMINAL_INSTANCE_STATES:
                 code = INSTANCE_STATE_CODES[instance.state]
                 ended.update(
                     tallies.instance_ended(code, instance.definition_id, instance.tenant_id)
                 )
+            first += len(chain.steps)
         if ended:
             ctx.tx.tally(ended)
         return answers

@@ -2,54 +2,84 @@
 
 A workflow step's success carries its instance's checkpoint (compare-and-set on the
 revision it read), the jobs that follow and maybe new waits. One at a time that is a
-savepoint and half a dozen statements per step. Here a batch of steps of distinct
-instances costs a few statements in all: the fences are checked and locked at once,
-each checkpoint is still set on its own revision, and the successes, new waits and next
-jobs of the steps whose checkpoint held are written together. A step whose checkpoint
-lost its race is left to the one-by-one path, which reports the conflict (the worker
-re-plans it on the stored instance).
+savepoint and half a dozen statements per step. Here a batch of steps costs a few
+statements in all: the fences are checked and locked at once, each instance's
+checkpoint is still set on its own revision, and the successes, new waits and next jobs
+of the steps whose checkpoint held are written together. Sibling steps of one instance
+(a fan-out's branches, re-planned one onto another by the worker) are written as one
+chain. A step whose checkpoint lost its race is left to the one-by-one path, which
+reports the conflict (the worker re-plans it on the stored instance).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
 
 from django.db import IntegrityError
 
-from millrace_django.contract import JobState, JobTransition
+from millrace_django.contract import JobState, JobTransition, WorkflowCheckpoint
 from millrace_django.errors import StorageError
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import bookmark_row
 
 
-def batchable(transitions: Sequence[JobTransition], positions: Sequence[int]) -> list[int]:
-    """The positions among ``positions`` this module may acknowledge together: workflow
-    successes (a checkpoint, no cancel cascade), of jobs and instances each named once."""
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The steps of one instance acknowledged together, in order, each expecting the
+    revision the one before it leaves (siblings the worker re-planned one onto another):
+    written at once if every one's fence holds, as the last one's checkpoint moving the
+    revision on by as many steps, which is what applying them one by one would store."""
+
+    steps: tuple[JobTransition, ...]
+
+    @property
+    def checkpoint(self) -> WorkflowCheckpoint:
+        last, first = self.steps[-1].checkpoint, self.steps[0].checkpoint
+        assert last is not None and first is not None
+        return WorkflowCheckpoint(instance=last.instance, expected_revision=first.expected_revision)
+
+
+def chains(transitions: Sequence[JobTransition], positions: Sequence[int]) -> list[list[int]]:
+    """The positions among ``positions`` this module may acknowledge together, as
+    chains: workflow successes (a checkpoint, no cancel cascade) of jobs named once,
+    grouped by instance in batch order, whose expected revisions follow one another. An
+    instance whose steps do not (siblings that were not re-planned) is left out."""
     named = Counter(transitions[p].job_id for p in positions)
-    steps = [p for p in positions if _is_step(transitions[p]) and named[transitions[p].job_id] == 1]
-    instances = Counter(transitions[p].checkpoint.instance.id for p in steps)  # type: ignore[union-attr]
-    return [p for p in steps if instances[transitions[p].checkpoint.instance.id] == 1]  # type: ignore[union-attr]
+    by_instance: dict[UUID, list[int]] = {}
+    for p in positions:
+        t = transitions[p]
+        if t.checkpoint is not None and _is_step(t) and named[t.job_id] == 1:
+            by_instance.setdefault(t.checkpoint.instance.id, []).append(p)
+    return [chain for chain in by_instance.values() if _consecutive(transitions, chain)]
+
+
+def _consecutive(transitions: Sequence[JobTransition], chain: list[int]) -> bool:
+    revisions = [transitions[p].checkpoint.expected_revision for p in chain]  # type: ignore[union-attr]
+    return revisions == list(range(revisions[0], revisions[0] + len(revisions)))
 
 
 def _is_step(t: JobTransition) -> bool:
     return (
         t.target is JobState.SUCCEEDED
-        and t.checkpoint is not None
         and t.error is None
         and not t.unstarted
         and not t.cancel_continuations
     )
 
 
-def apply_steps(ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool | None]:
-    """Inside the caller's transaction, per transition: applied (``True``), fence lost
-    (``False``, nothing written), or ``None``: its instance moved on, nothing written,
-    left to :func:`~millrace_django.storage.orm.transitions.apply_transition`. Whatever
-    raises rolls back all of them (the caller then applies them one by one)."""
-    answers = ctx.vendor.hot_path.checkpoint(ctx, transitions)
-    won = [t for t, answer in zip(transitions, answers, strict=True) if answer]
+def apply_steps(ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
+    """Inside the caller's transaction, per step (chain after chain): applied
+    (``True``), fence lost (``False``, nothing written), or ``None``: nothing written,
+    left to :func:`~millrace_django.storage.orm.transitions.apply_transition` (its
+    instance moved on, or a fence in its chain was lost). Whatever raises rolls back all
+    of them (the caller then applies them one by one)."""
+    answers = ctx.vendor.hot_path.checkpoint(ctx, chains)
+    steps = [t for chain in chains for t in chain.steps]
+    won = [t for t, answer in zip(steps, answers, strict=True) if answer]
     if won:
         if not all(ctx.vendor.hot_path.complete(ctx, won)):
             raise StorageError("a fence locked in this transaction no longer held")

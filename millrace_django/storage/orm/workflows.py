@@ -82,11 +82,15 @@ def checkpoint_unfinished(
     return True
 
 
-def checkpoint_many(ctx: OrmContext, checkpoints: Sequence[WorkflowCheckpoint]) -> set[UUID]:
-    """:func:`checkpoint_unfinished` for checkpoints of distinct instances, in two
-    statements: the instances are read and locked, and those unfinished and at their
-    expected revision are replaced by one ``UPDATE``. Returns their ids."""
-    wanted = {c.instance.id: c for c in checkpoints}
+def checkpoint_many(
+    ctx: OrmContext, checkpoints: Sequence[tuple[WorkflowCheckpoint, int]]
+) -> set[UUID]:
+    """Checkpoints of distinct instances, each moving its revision on by the given
+    number of steps (one, but for a chain of siblings), in two statements: the instances
+    are read and locked, and those unfinished and at their expected revision replaced
+    by one ``UPDATE``. Returns their ids."""
+    steps = {c.instance.id: n for c, n in checkpoints}
+    wanted = {c.instance.id: c for c, _ in checkpoints}
     stored = (
         ctx.instances()
         .select_for_update()
@@ -100,7 +104,7 @@ def checkpoint_many(ctx: OrmContext, checkpoints: Sequence[WorkflowCheckpoint]) 
     }
     if not won:
         return set()
-    rows = {i: instance_fields(c.instance, c.expected_revision + 1) for i, c in won.items()}
+    rows = {i: instance_fields(c.instance, c.expected_revision + steps[i]) for i, c in won.items()}
     columns = next(iter(rows.values())).keys()
     ctx.instances().filter(id__in=list(won)).update(
         **{column: _per_instance(rows, column) for column in columns}
