@@ -63,7 +63,7 @@ def run_node(instance_id: str, node: str, context: JobContext) -> None:
     if entry["kind"] == TIMEOUT:
         _fire_timeout(storage, clock, UUID(entry["bookmark"]))
         return
-    before = copy.deepcopy(instance.data)
+    before = instance.data  # read only: the merge copies what it keeps
     after = before
     if entry["kind"] in (STEP, COMPENSATE):
         graph_node = workflow.graph.node(entry["node"])
@@ -105,7 +105,7 @@ def resume(
     instance = _live_instance(storage, instance_id, context)
     if instance is None:
         return
-    data = copy.deepcopy(instance.data)
+    data = instance.data  # read only: the merge copies what it keeps
     _settle(
         context,
         storage,
@@ -139,7 +139,7 @@ def handle_failure(instance_id: str, job_id: str, context: JobContext) -> None:
         operation = lambda p: p.fail_resume(bookmark_id, error)  # noqa: E731
     else:
         operation = lambda p: p.fail(job_id, error)  # noqa: E731
-    data = copy.deepcopy(instance.data)
+    data = instance.data  # read only: the merge copies what it keeps
     _settle(context, storage, clock, workflow, instance, data, data, operation)
 
 
@@ -151,7 +151,7 @@ def recover(instance_id: str, action: str, stuck_job: str, context: JobContext) 
     if instance is None:
         return
     choice = Recovery(action)
-    data = copy.deepcopy(instance.data)
+    data = instance.data  # read only: the merge copies what it keeps
     _settle(
         context,
         storage,
