@@ -8,7 +8,6 @@ skipped when unset, except in CI, where it fails.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,22 +19,14 @@ from millrace_django.conformance.support import claim, make_job, succeed
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage, queries
 from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
-from tests.integration.notifications import store_on
+from tests.integration.test_postgres_hot_path import clock, store
 
 ALIAS = "postgres"
 require_alias(ALIAS, "MILLRACE_TEST_POSTGRES_URL")
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True, databases=[ALIAS])]
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(clock: FakeClock) -> Iterator[DjangoStoreUnderTest]:
-    with store_on(ALIAS, clock) as store:
-        yield store
+__all__ = ["clock", "store"]  # the fixtures, shared
 
 
 def _scans(plan: dict[str, Any]) -> list[tuple[str, str | None, int]]:
