@@ -130,6 +130,12 @@ class Job(models.Model):
     limits = models.JSONField(
         null=True, blank=True, help_text="[{'scope', 'concurrency', 'rate': [count, period_us]}]"
     )
+    limit_key = ExactCharField(
+        max_length=720,
+        null=True,
+        blank=True,
+        help_text="The narrowest scope of its limits: a claim skips jobs of full ones.",
+    )
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

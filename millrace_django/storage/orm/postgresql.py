@@ -64,6 +64,7 @@ from millrace_django.storage.orm.rows import (
     active_scope,
     arguments_text,
     job_values,
+    limit_key,
     retry_json,
 )
 from millrace_django.storage.orm.steps import Chain
@@ -556,7 +557,7 @@ _AS_STORED = [
     "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
     "workflow_instance_id", "activity_node_id", "expires_at",
 ]  # fmt: skip
-_CONVERTED = ["target", "state", "retry", "key_scope", "limited", "limits"]
+_CONVERTED = ["target", "state", "retry", "key_scope", "limited", "limits", "limit_key"]
 _COPIED = _PER_ROW + _AS_STORED + _CONVERTED
 assert sorted(_COPIED) == sorted(f.attname for f in _INSERTED)
 _shared = attrgetter(*_AS_STORED, "invocation.target", "state", "retry", "limits")
@@ -1039,7 +1040,11 @@ def _copy_lines(jobs: Sequence[JobRecord], track_scope: bool) -> Iterator[str]:
             *stored, target, state, retry, limits = shared
             scope = active_scope(job) if track_scope else None
             texts = [escaped[target], str(JOB_STATE_CODES[state]), escaped[_retry_text(retry)]]
-            limited = [_copy_value(bool(limits)), _copy_value(_limits_text(limits))]
+            limited = [
+                _copy_value(bool(limits)),
+                _copy_value(_limits_text(limits)),
+                _copy_value(limit_key(limits)),
+            ]
             previous, shared_text = (
                 shared,
                 "\t".join([*map(_copy_value, stored), *texts, _copy_value(scope), *limited]),

@@ -177,7 +177,15 @@ def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
         "expires_at": job.expires_at,
         "limited": bool(job.limits),
         "limits": limits_json(job.limits),
+        "limit_key": limit_key(job.limits),
     }
+
+
+def limit_key(limits: Sequence[Limit]) -> str | None:
+    """The narrowest scope of ``limits`` (the function's, or its key's, else the queue's),
+    stored so that a claim can skip the jobs of a scope that is full without reading
+    their limits."""
+    return limits[-1].scope if limits else None
 
 
 def job_row(job: JobRecord, *, track_scope: bool) -> Job:
