@@ -369,7 +369,8 @@ class MonitoringStorage(Protocol):
 
     def get_statistics(self, tenant: TenantFilter) -> JobStatistics:
         """Counts for every job and instance state (zeros included), ``enqueued`` jobs per
-        queue, recurring definitions and those overdue by the injected clock. Exact as of
+        queue, recurring definitions and those overdue by the injected clock (one that
+        overlap ``queue`` holds back, see :meth:`get_due_recurring`, is not). Exact as of
         one transaction, and never a count of the finished rows themselves: its cost does
         not grow with the jobs and instances finished and kept."""
         ...

@@ -30,12 +30,14 @@ from millrace_django.conformance.support import (
 )
 from millrace_django.contract import (
     MAX_PAGE_SIZE,
+    FireOutcome,
     InstanceQuery,
     InstanceState,
     JobQuery,
     JobState,
     JobStatistics,
     JobSummary,
+    OverlapPolicy,
     RetryKind,
     RetrySpec,
     TenantFilter,
@@ -166,6 +168,25 @@ class StatisticsFacts(FactGroup):
         stats = store.monitoring.get_statistics(TenantFilter.any())
         assert (stats.recurring_definitions, stats.overdue_recurring_definitions) == (2, 2)
         assert store.jobs.remove_recurring("soon")
+        stats = store.monitoring.get_statistics(TenantFilter.any())
+        assert (stats.recurring_definitions, stats.overdue_recurring_definitions) == (1, 1)
+
+    def test_a_definition_held_by_overlap_queue_is_not_counted_overdue(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Statistics count a due definition that overlap ``queue`` holds back (its last
+        job still active) as waiting, not overdue; once that job ends it is overdue."""
+        record = make_recurring(clock, "held", overlap=OverlapPolicy.QUEUE)
+        store.jobs.upsert_recurring(record)
+        job = make_job(clock, queue="held", recurring_id="held")
+        following = record.next_fire_time + timedelta(days=1)
+        fired = store.jobs.try_fire_recurring("held", record.next_fire_time, following, job)
+        assert fired is FireOutcome.FIRED
+        clock.set(following)
+
+        stats = store.monitoring.get_statistics(TenantFilter.any())
+        assert (stats.recurring_definitions, stats.overdue_recurring_definitions) == (1, 0)
+        assert store.jobs.try_cancel(job.id)
         stats = store.monitoring.get_statistics(TenantFilter.any())
         assert (stats.recurring_definitions, stats.overdue_recurring_definitions) == (1, 1)
 

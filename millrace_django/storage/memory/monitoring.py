@@ -37,7 +37,7 @@ from millrace_django.contract import (
     throughput_window,
     usage_by_scope,
 )
-from millrace_django.storage.memory.store import MemoryJobStore
+from millrace_django.storage.memory.store import MemoryJobStore, held
 from millrace_django.storage.memory.tables import Tables
 
 Row = TypeVar("Row")
@@ -125,6 +125,7 @@ class MemoryMonitoring:
             jobs = [job for job in tables.jobs.values() if tenant.matches(job.tenant_id)]
             instances = [i for i in tables.instances.values() if tenant.matches(i.tenant_id)]
             recurring = [r for r in tables.recurring.values() if tenant.matches(r.tenant_id)]
+            waiting = {r.id for r in recurring if held(tables, r)}
         by_state = dict.fromkeys(JobState, 0)
         by_queue: dict[str, int] = {}
         oldest: dict[str, datetime] = {}
@@ -143,7 +144,9 @@ class MemoryMonitoring:
             oldest_enqueued_by_queue=oldest,
             instances_by_state=instances_by_state,
             recurring_definitions=len(recurring),
-            overdue_recurring_definitions=sum(r.next_fire_time <= now for r in recurring),
+            overdue_recurring_definitions=sum(
+                r.next_fire_time <= now and r.id not in waiting for r in recurring
+            ),
         )
 
     def query_jobs(self, query: JobQuery) -> Page[JobSummary]:

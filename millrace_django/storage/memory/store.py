@@ -55,6 +55,14 @@ from millrace_django.storage.memory.notifier import MemoryNotifier
 from millrace_django.storage.memory.tables import Tables, UndoLog, key_scope
 
 
+def held(tables: Tables, record: RecurringRecord) -> bool:
+    """Overlap ``queue`` holds ``record``'s due occurrence back: the job of its last fire
+    is still active."""
+    return record.overlap is OverlapPolicy.QUEUE and MemoryJobStore._previous_running(
+        tables, record
+    )
+
+
 class MemoryJobStore:
     """The contract's job and workflow operations over :class:`Tables`."""
 
@@ -473,8 +481,7 @@ class MemoryJobStore:
             due = [
                 r
                 for r in tables.recurring.values()
-                if r.next_fire_time <= now
-                and not (r.overlap is OverlapPolicy.QUEUE and self._previous_running(tables, r))
+                if r.next_fire_time <= now and not held(tables, r)
             ]
             due.sort(key=lambda r: (r.next_fire_time, r.id))
             return due[: max(limit, 0)]

@@ -69,6 +69,7 @@ from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.queries import (
     created_q,
     descending,
+    held,
     newest_first,
     tenant_q,
 )
@@ -243,7 +244,7 @@ class OrmMonitoring:
             instances_by_state=instances_by_state,
             recurring_definitions=recurring.count(),
             overdue_recurring_definitions=recurring.filter(
-                next_fire_time__lte=ctx.clock.now()
+                ~held(ctx.jobs()), next_fire_time__lte=ctx.clock.now()
             ).count(),
         )
 
