@@ -132,6 +132,18 @@ def running_by_scope(running: Iterable[Sequence[Limit]]) -> Counter[str]:
     return Counter(limit.scope for limits in running for limit in limits)
 
 
+def full_scopes(running: Sequence[Sequence[Limit]]) -> set[str]:
+    """The scopes whose running jobs (given by their limits) fill their concurrency (the
+    largest any of them carries): a claim may skip the waiting jobs of those unread."""
+    counts = running_by_scope(running)
+    allowed: dict[str, int] = {}
+    for limits in running:
+        for limit in limits:
+            if limit.concurrency is not None:
+                allowed[limit.scope] = max(allowed.get(limit.scope, 0), limit.concurrency)
+    return {scope for scope, most in allowed.items() if counts[scope] >= most}
+
+
 class Admission:
     """Which limited jobs one claim may start, decided in claim order.
 

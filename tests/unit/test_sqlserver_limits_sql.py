@@ -27,6 +27,14 @@ def test_limited_candidates_skip_locked_rows_in_claim_order_by_the_clocks_now(al
     assert "[millrace_job].[lease_until] <= %s" in expired
 
 
+def test_limited_candidates_of_full_scopes_are_passed_over(alias: str) -> None:
+    jobs = Job.objects.using(alias)
+    sql, params = compiled(limits.ready_limited(jobs, {"a"}, NOW, 40, {"job:t#k"}), alias)
+
+    assert "NOT ([millrace_job].[limit_key] IN (%s)" in sql
+    assert "job:t#k" in params
+
+
 def test_the_plain_claim_reads_only_jobs_without_limits(alias: str) -> None:
     jobs = Job.objects.using(alias)
     for query in (

@@ -197,6 +197,24 @@ class LimitFacts(FactGroup):
         assert sorted(job.limits[0].scope for job in taken) == [f"{SCOPE}#a", f"{SCOPE}#b"]
         assert claim(store, "w2", max_count=10) == []
 
+    def test_a_keys_backlog_never_holds_back_another_keys_jobs(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """One key's long backlog held back by its limit does not hold back another key.
+
+        300 jobs of one key under a limit of 1 per key, then one job of another key: one
+        claim starts a job of each."""
+        store.jobs.enqueue(
+            [make_job(clock, limits=_limited(1, scope=f"{SCOPE}#busy")) for _ in range(300)]
+        )
+        other = enqueue(store, clock, limits=_limited(1, scope=f"{SCOPE}#other"))
+        (first,) = claim(store, "w1", max_count=1)
+        assert first.limits[0].scope == f"{SCOPE}#busy"
+
+        taken = claim(store, "w2", max_count=5)
+
+        assert [job.id for job in taken] == [other]
+
     def test_a_job_starts_only_within_every_limit_it_carries(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:

@@ -25,7 +25,9 @@ from millrace_django.contract import (
     Admission,
     Limit,
     LimitUsage,
+    full_scopes,
     limits_of,
+    queue_scope,
     running_by_scope,
     usage_by_scope,
 )
@@ -47,10 +49,15 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 def ready_limited(
-    jobs: QuerySet[Job], queues: Collection[str], now: datetime, limit: int
+    jobs: QuerySet[Job],
+    queues: Collection[str],
+    now: datetime,
+    limit: int,
+    full: Collection[str] = (),
 ) -> QuerySet[Job]:
     """The next ``limit`` enqueued limited jobs of ``queues``, locked, skipping rows
-    another claimer holds, in claim order (the limited lane of ``millrace_job_ready``)."""
+    another claimer holds, in claim order (the limited lane of ``millrace_job_ready``);
+    those whose narrowest scope is among the ``full`` ones are passed over unlocked."""
     return (
         jobs.select_for_update(skip_locked=True)
         .filter(
@@ -60,6 +67,7 @@ def ready_limited(
             limited=True,
             queue__in=sorted(queues),
         )
+        .exclude(limit_key__in=sorted(full))
         .order_by("-priority", "seq")
         .only(*_DECIDED_BY)[:limit]
     )
@@ -121,9 +129,14 @@ def pick_limited(ctx: OrmContext, queues: Collection[str], now: datetime, room: 
     order, locked, their starts recorded; the caller leases them in the same transaction.
     Candidates are read only as far as the admission needs; those it admits, in full."""
     scan = room + LOOK_PAST
+    # Read before the scopes are locked: only to pass over the waiting jobs of scopes
+    # that are full (one key's backlog must not hide another key's jobs); admission
+    # reads the running jobs again once the scopes are locked.
+    full = full_scopes([limits_of(stored) for stored in running_limits(ctx.jobs())])
+    open_queues = [queue for queue in queues if queue_scope(queue) not in full]
     candidates = sorted(
         [
-            *ready_limited(ctx.jobs(), queues, now, scan),
+            *ready_limited(ctx.jobs(), open_queues, now, scan, full),
             *expired_limited(ctx.jobs(), queues, now, scan),
         ],
         key=lambda row: (-row.priority, row.seq),
