@@ -8,7 +8,9 @@ linear instances, then times one workload:
   one transaction) and the time until every one has completed is counted;
 - ``signal``: a backlog of instances each waiting for one message, then (once all wait)
   one message sent per instance, one call each; the time from the first send until every
-  resumed instance has completed is counted.
+  resumed instance has completed is counted;
+- ``signal_batched``: the same, the messages sent :data:`SIGNAL_BATCH` per call, by the
+  systems that can (``send_many``).
 
 Standard library only (the drivers run under two virtualenvs). The worker process comes
 and goes with ``peers.harness.processes``; every loop here is bounded in count and time.
@@ -26,8 +28,10 @@ from typing import Any, Protocol
 
 from peers.harness import check_alive, drain_poll_pause, processes
 
-WORKLOADS = ("linear", "fan_out", "signal")
-STEPS = {"linear": 3, "fan_out": 10, "signal": 1}
+WORKLOADS = ("linear", "fan_out", "signal", "signal_batched")
+STEPS = {"linear": 3, "fan_out": 10, "signal": 1, "signal_batched": 1}
+SIGNAL_BATCH = 100
+"""Messages per call in ``signal_batched``."""
 """Steps per instance of each workload (the signal workload's is the step after it)."""
 WARM_UP_INSTANCES = 20
 WORKER_READY_SECONDS = 60.0
@@ -53,6 +57,10 @@ class WorkflowPeer(Protocol):
 
     def send(self, number: int) -> None:
         """The message instance ``number`` of ``signal`` waits for (one call)."""
+
+    def send_many(self, numbers: Sequence[int]) -> None:
+        """The messages of instances ``numbers``, in one call (only systems offering
+        that run ``signal_batched``)."""
 
     def worker_command(self) -> list[str]: ...
 
@@ -105,7 +113,7 @@ def measure_backlog(
 
 
 def measure_signal(
-    peer: WorkflowPeer, count: int, cap: float, alive: Callable[[], None]
+    peer: WorkflowPeer, count: int, cap: float, alive: Callable[[], None], batch: int = 1
 ) -> dict[str, Any]:
     peer.start_backlog("signal", count)
     waiting, _, capped = wait_for(count, peer.waiting, cap, time.perf_counter(), alive)
@@ -114,8 +122,11 @@ def measure_signal(
     start = time.perf_counter()
     sent = 0
     while sent < count and time.perf_counter() - start < cap:
-        peer.send(sent)
-        sent += 1
+        if batch == 1:
+            peer.send(sent)
+        else:
+            peer.send_many(range(sent, min(count, sent + batch)))
+        sent = min(count, sent + batch)
     send_seconds = time.perf_counter() - start
     done, seconds, capped = wait_for(sent, lambda: peer.completed("signal"), cap, start, alive)
     return {
@@ -156,6 +167,8 @@ def measure(peer: WorkflowPeer, spec: Spec, label: str) -> dict[str, Any]:
             peer.clear()
             if spec.workload == "signal":
                 return measure_signal(peer, spec.instances, spec.cap, alive)
+            if spec.workload == "signal_batched":
+                return measure_signal(peer, spec.instances, spec.cap, alive, SIGNAL_BATCH)
             return measure_backlog(peer, spec.workload, spec.instances, spec.cap, alive)
     finally:
         peer.clear()

@@ -2,15 +2,16 @@
 
 The workflows are ``workflow_bench_flows``'s; a backlog is started with one
 ``workflows.start_many`` (one atom: visible at once), messages are ``workflows.signal``
-calls (one each), and the worker is ``manage.py
-millrace_worker`` (one process, its defaults) on the peer bench's minimal Django project
-(``peers.django_settings``).
+calls (one each; ``signal_many``, a hundred per call, in ``signal_batched``), and the
+worker is ``manage.py millrace_worker`` (one process, its defaults) on the peer bench's
+minimal Django project (``peers.django_settings``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -84,6 +85,11 @@ class Millrace:
     def send(self, number: int) -> None:
         if not workflows.signal(flows.SIGNAL_NAME, str(number)):
             raise RuntimeError(f"instance {number} was not waiting for its signal")
+
+    def send_many(self, numbers: Sequence[int]) -> None:
+        signals = [workflows.Signal(flows.SIGNAL_NAME, str(number)) for number in numbers]
+        if not all(workflows.signal_many(signals)):
+            raise RuntimeError(f"an instance among {numbers} was not waiting for its signal")
 
     def worker_command(self) -> list[str]:
         return [sys.executable, "-m", "django", "millrace_worker"]
