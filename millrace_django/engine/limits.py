@@ -72,6 +72,21 @@ def keyed(
     return (*limits[:-1], replace(limits[-1], scope=job_scope(definition.target, key)))
 
 
+def limits_of_call(
+    definition: JobDefinition[..., Any] | None,
+    queue: str,
+    invocation: Invocation,
+    queue_limits: Mapping[str, Limit],
+) -> tuple[Limit, ...]:
+    """The limits of a job the engine makes itself (a recurring occurrence, a failure
+    observer): its queue's, and those of ``definition``'s own options keyed by
+    ``invocation`` (none when the function is not importable here)."""
+    if definition is None:
+        return (queue_limits[queue],) if queue in queue_limits else ()
+    limits = job_limits(definition, definition.options, queue, queue_limits)
+    return keyed(limits, definition, invocation)
+
+
 def key_of(definition: JobDefinition[..., Any], invocation: Invocation) -> str:
     """The value of the argument ``definition`` keys its limits by, as text."""
     bound = definition.signature.bind(*invocation.args, **invocation.kwargs)

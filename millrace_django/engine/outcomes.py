@@ -29,6 +29,7 @@ from millrace_django.engine.context import CancelReason, SideEffects
 from millrace_django.engine.errors import FailedInChild, HardTimeoutExceeded, JobTimedOut
 from millrace_django.engine.invocation import find
 from millrace_django.engine.jsonvalues import json_problem, storable_text
+from millrace_django.engine.limits import limits_of_call
 from millrace_django.engine.registry import JobDefinition, JobOptions
 from millrace_django.engine.retry import gives_up, next_delay, raised_classes
 from millrace_django.engine.tracebacks import job_traceback
@@ -261,11 +262,13 @@ def failure_observer_jobs(
         definition = find(observer) if isinstance(observer, str) else observer
         target = observer if isinstance(observer, str) else observer.target
         options = definition.options if definition is not None else JobOptions()
+        queue = options.queue or config.default_queue
+        invocation = Invocation(target=target, args=(str(job.id),))
         jobs.append(
             JobRecord(
                 id=new_id(clock),
-                queue=options.queue or config.default_queue,
-                invocation=Invocation(target=target, args=(str(job.id),)),
+                queue=queue,
+                invocation=invocation,
                 state=JobState.ENQUEUED,
                 created_at=now,
                 priority=options.priority or 0,
@@ -273,6 +276,7 @@ def failure_observer_jobs(
                 timeout=options.timeout,
                 hard_timeout=options.hard_timeout,
                 tenant_id=job.tenant_id,
+                limits=limits_of_call(definition, queue, invocation, config.queue_limits),
             )
         )
     return jobs

@@ -17,7 +17,7 @@ from millrace_django.contract import JobRecord, JobState, Limit, RecurringRecord
 from millrace_django.engine.cron import CronSchedule
 from millrace_django.engine.expiry import deadline
 from millrace_django.engine.invocation import find
-from millrace_django.engine.limits import job_limits, keyed
+from millrace_django.engine.limits import limits_of_call
 from millrace_django.ids import new_id
 
 FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
@@ -33,12 +33,6 @@ def occurrence(
     in ``queue_limits``."""
     definition = find(record.invocation.target)  # timeouts, deadline, limits live there
     now = clock.now()
-    limits: tuple[Limit, ...]
-    if definition is None:
-        limits = (queue_limits[record.queue],) if record.queue in queue_limits else ()
-    else:
-        limits = job_limits(definition, definition.options, record.queue, queue_limits)
-        limits = keyed(limits, definition, record.invocation)
     return JobRecord(
         id=new_id(clock),
         queue=record.queue,
@@ -52,7 +46,7 @@ def occurrence(
         tenant_id=record.tenant_id,
         recurring_id=record.id,
         expires_at=deadline(definition.options.expires, now) if definition is not None else None,
-        limits=limits,
+        limits=limits_of_call(definition, record.queue, record.invocation, queue_limits),
     )
 
 

@@ -10,9 +10,11 @@ import pytest
 
 from millrace_django.clock import FakeClock
 from millrace_django.conf import InvalidSettings, parse_settings
+from millrace_django.conformance.support import make_job
 from millrace_django.contract import ClaimRequest, Invocation, Limit, Rate, RecurringRecord
 from millrace_django.engine import EngineSettings, InvalidJobDefinition, JobClient, job
 from millrace_django.engine.limits import queue_limit
+from millrace_django.engine.outcomes import failure_observer_jobs
 from millrace_django.engine.recurring import occurrence
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.engine import sample_jobs
@@ -161,3 +163,22 @@ def test_queue_limits_are_validated_at_the_settings_boundary() -> None:
         with pytest.raises(InvalidSettings) as raised:
             parse_settings(raw)
         assert [p.id for p in raised.value.problems] == [problem]
+
+
+@job(concurrency=1, limit_key="dead_job_id")
+def page_oncall(dead_job_id: str) -> None:
+    pass
+
+
+def test_a_failure_observer_carries_its_functions_and_its_queues_limits(
+    clock: FakeClock,
+) -> None:
+    dead = make_job(clock)
+    config = EngineSettings(queue_limits={"default": queue_limit("default", 4, None)})
+
+    (observer,) = failure_observer_jobs(dead, [page_oncall], clock=clock, config=config)
+
+    assert [limit.scope for limit in observer.limits] == [
+        "queue:default",
+        f"job:tests.unit.engine.test_limits:page_oncall#{dead.id}",
+    ]
