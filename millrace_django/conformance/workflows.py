@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from functools import partial
 from uuid import UUID
@@ -268,9 +268,14 @@ class WorkflowStorageFacts(FactGroup):
             store.workflows.add_bookmark(bookmark)
         resumes = [make_job(clock, workflow_instance_id=instance.id) for _ in range(3)]
         seen: list[list[BookmarkRecord | None]] = []
+        given: list[dict[UUID, WorkflowInstanceRecord]] = []
 
-        def enqueue(consumed: Sequence[BookmarkRecord | None]) -> Sequence[JobRecord]:
+        def enqueue(
+            consumed: Sequence[BookmarkRecord | None],
+            instances: Mapping[UUID, WorkflowInstanceRecord],
+        ) -> Sequence[JobRecord]:
             seen.append(list(consumed))
+            given.append(dict(instances))
             return resumes
 
         wanted = [("approved", "order-1"), ("paid", "o-9"), ("approved", "order-1")]
@@ -279,6 +284,7 @@ class WorkflowStorageFacts(FactGroup):
 
         assert consumed == [older, other, newer, None, None]
         assert seen == [consumed]
+        assert given == [{instance.id: instance}]
         for job in resumes:
             assert state_of(store, job.id) is JobState.ENQUEUED
         assert _consume(store, "approved", "order-1") is None
@@ -296,7 +302,7 @@ class WorkflowStorageFacts(FactGroup):
         orphan = make_job(clock, state=JobState.AWAITING, parent_id=new_id(clock))
         wanted = [("approved", "o-0"), ("approved", "o-1")]
         with pytest.raises(ParentJobNotFound):
-            store.workflows.consume_bookmarks(wanted, lambda consumed: [orphan])
+            store.workflows.consume_bookmarks(wanted, lambda consumed, instances: [orphan])
         assert store.workflows.consume_bookmarks(wanted) == bookmarks
 
     def test_concurrent_batch_consumers_take_each_bookmark_at_most_once(

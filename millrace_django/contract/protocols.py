@@ -42,6 +42,7 @@ from millrace_django.contract.records import (
     NewInstance,
     ProgressReport,
     RecurringRecord,
+    ResumeJobs,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
@@ -329,13 +330,14 @@ class WorkflowStorage(Protocol):
     def consume_bookmarks(
         self,
         wanted: Sequence[tuple[str, str]],
-        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+        enqueue: ResumeJobs | None = None,
     ) -> list[BookmarkRecord | None]:
         """:meth:`consume_bookmark` for many signals in one atom: for each
         ``(signal_name, correlation_id)`` of ``wanted``, in order, delete and return the
         oldest matching bookmark not taken by an earlier one of them (``None`` if there
-        is none), then insert the jobs ``enqueue`` builds from all of them. At most once
-        under contention, as for one; if ``enqueue`` raises or its jobs cannot be
+        is none), then insert the jobs ``enqueue`` builds from all of them and from
+        their instances (read in the same atom; an instance gone is left out). At most
+        once under contention, as for one; if ``enqueue`` raises or its jobs cannot be
         stored, nothing is consumed."""
         ...
 

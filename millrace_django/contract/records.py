@@ -6,7 +6,7 @@ timezone-aware UTC; JSON values are what :mod:`json` round-trips.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -200,6 +200,13 @@ class BookmarkRecord:
     correlation_id: str
     created_at: datetime
     payload_type: str | None = None
+
+
+type ResumeJobs = Callable[
+    [Sequence[BookmarkRecord | None], Mapping[UUID, WorkflowInstanceRecord]], Sequence[JobRecord]
+]
+"""Builds the jobs a batch of consumed bookmarks resumes, given them (``None`` where a
+signal found none) and their instances as stored, by id."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

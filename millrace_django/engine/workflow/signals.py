@@ -3,9 +3,10 @@ resumes its instance, in one atom with every other signal sent with it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from millrace_django.clock import Clock
 from millrace_django.contract import BookmarkRecord, JobRecord, WorkflowInstanceRecord
@@ -61,10 +62,12 @@ def _round(
     delivered: set[int] = set()
     again: list[int] = []
 
-    def resume_jobs(consumed: Sequence[BookmarkRecord | None]) -> Sequence[JobRecord]:
+    def resume_jobs(
+        consumed: Sequence[BookmarkRecord | None],
+        instances: Mapping[UUID, WorkflowInstanceRecord],
+    ) -> Sequence[JobRecord]:
         delivered.clear()  # a replayed transaction builds them again
         again.clear()
-        instances = storage.get_instances({b.instance_id for b in consumed if b is not None})
         live: dict[tuple[str, str], list[tuple[BookmarkRecord, dict[str, Any]]]] = {}
         stale: set[tuple[str, str]] = set()
         for n, bookmark in enumerate(consumed):

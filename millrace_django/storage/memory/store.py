@@ -35,6 +35,7 @@ from millrace_django.contract import (
     OverlapPolicy,
     ProgressReport,
     RecurringRecord,
+    ResumeJobs,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
     attempt_after,
@@ -609,7 +610,7 @@ class MemoryJobStore:
     def consume_bookmarks(
         self,
         wanted: Sequence[tuple[str, str]],
-        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+        enqueue: ResumeJobs | None = None,
     ) -> list[BookmarkRecord | None]:
         with self._atomic() as log:
             keys = set(wanted)
@@ -623,8 +624,12 @@ class MemoryJobStore:
             for bookmark in consumed:
                 if bookmark is not None:
                     log.set(log.tables.bookmarks, bookmark.id, None)
-            for job in enqueue(consumed) if enqueue is not None else ():
-                self._insert(log, job)
+            if enqueue is not None:
+                stored = log.tables.instances
+                ids = {b.instance_id for b in consumed if b is not None}
+                instances = {i: stored[i] for i in ids if i in stored}
+                for job in enqueue(consumed, instances):
+                    self._insert(log, job)
             return consumed
 
     def consume_bookmark_by_id(

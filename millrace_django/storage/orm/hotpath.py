@@ -16,10 +16,12 @@ from django.db.models import F
 
 from millrace_django.contract import (
     AttemptOutcome,
+    BookmarkRecord,
     ClaimRequest,
     JobRecord,
     JobState,
     JobTransition,
+    WorkflowInstanceRecord,
 )
 from millrace_django.models import Job
 from millrace_django.models import JobStateCode as Code
@@ -61,6 +63,15 @@ class HotPath(Protocol):
         fences all hold and whose instance is unfinished and at its expected revision.
         Per step, chain after chain: ``True`` (fenced, checkpoint set), ``None``
         (fenced, nothing set) or ``False`` (fence lost)."""
+        ...
+
+    def take_bookmarks(
+        self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
+    ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:
+        """Delete and return the bookmarks ``wanted`` takes (for each key, its oldest
+        unlocked ones, as many as the key is named) with their instances, in one
+        statement; ``None`` when there is no such statement here (the portable path
+        then runs)."""
         ...
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
@@ -115,6 +126,11 @@ class OrmHotPath:
             for chain in chains
             for t in chain.steps
         ]
+
+    def take_bookmarks(
+        self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
+    ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:
+        return None
 
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
         now = ctx.clock.now()

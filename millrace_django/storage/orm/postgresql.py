@@ -33,19 +33,23 @@ from millrace_django.contract import (
     ACTIVE_JOB_STATES,
     ATTEMPT_HISTORY_CAP,
     TERMINAL_INSTANCE_STATES,
+    BookmarkRecord,
     ClaimRequest,
     JobRecord,
     JobState,
     JobTransition,
     Limit,
     RetrySpec,
+    WorkflowInstanceRecord,
     limits_json,
 )
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import (
     INSTANCE_STATE_CODES,
+    INSTANCE_STATES,
     JOB_STATE_CODES,
     AttemptOutcomeCode,
+    Bookmark,
     FinishedMinute,
     Job,
     JobAttempt,
@@ -87,6 +91,7 @@ _PAUSED = _q(PausedQueue._meta.db_table)
 _TALLIES = _q(Tally._meta.db_table)
 _MINUTES = _q(FinishedMinute._meta.db_table)
 _INSTANCES = _q(WorkflowInstance._meta.db_table)
+_BOOKMARKS = _q(Bookmark._meta.db_table)
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
@@ -533,6 +538,40 @@ SELECT f.n, m.chain IS NOT NULL FROM fenced AS f LEFT JOIN moved AS m ON m.chain
     },
 )
 
+# Signals (storage/orm/workflows.py): for each wanted key, its oldest bookmarks not locked
+# by a concurrent consumer, as many as the key is wanted, are locked, deleted and
+# returned with their instances, in one statement.
+_TAKE_BOOKMARKS = _Statement(
+    "take_bookmarks",
+    f"""
+WITH wanted AS (
+    SELECT signal_name, correlation_id, count(*) AS n
+    FROM unnest(%(names)s::text[], %(correlations)s::text[]) AS w (signal_name, correlation_id)
+    GROUP BY signal_name, correlation_id
+), locked AS (
+    SELECT b.id, b.signal_name, b.correlation_id, b.created_at FROM {_BOOKMARKS} AS b
+    JOIN wanted AS w ON b.signal_name = w.signal_name AND b.correlation_id = w.correlation_id
+    FOR UPDATE OF b SKIP LOCKED
+), taken AS (
+    SELECT r.id FROM (
+        SELECT id, signal_name, correlation_id, row_number() OVER (
+            PARTITION BY signal_name, correlation_id ORDER BY created_at, id) AS rank
+        FROM locked
+    ) AS r
+    JOIN wanted AS w ON r.signal_name = w.signal_name AND r.correlation_id = w.correlation_id
+    WHERE r.rank <= w.n
+), deleted AS (
+    DELETE FROM {_BOOKMARKS} AS b USING taken AS t WHERE b.id = t.id
+    RETURNING b.id, b.instance_id, b.signal_name, b.correlation_id, b.payload_type,
+              b.created_at
+)
+SELECT d.id, d.instance_id, d.signal_name, d.correlation_id, d.payload_type, d.created_at,
+       i.definition_id, i.definition_version, i.state, i.data, i.cursor, i.revision,
+       i.tenant_id, i.created_at, i.updated_at
+FROM deleted AS d LEFT JOIN {_INSTANCES} AS i ON i.id = d.instance_id""",
+    {"names": "text[]", "correlations": "text[]"},
+)
+
 
 # -- enqueue ---------------------------------------------------------------------------
 
@@ -738,6 +777,23 @@ def checkpoint_parameters(chains: Sequence[Chain]) -> dict[str, Any]:
     }
 
 
+def _instance_of(instance_id: UUID, columns: Sequence[Any]) -> WorkflowInstanceRecord:
+    """An instance from the columns :data:`_TAKE_BOOKMARKS` reads (JSON as text)."""
+    definition_id, version, state, data, cursor, revision, tenant, created, updated = columns
+    return WorkflowInstanceRecord(
+        id=instance_id,
+        definition_id=definition_id,
+        definition_version=version,
+        state=INSTANCE_STATES[state],
+        data=None if data is None else json.loads(data),
+        cursor=None if cursor is None else json.loads(cursor),
+        revision=revision,
+        tenant_id=tenant,
+        created_at=created,
+        updated_at=updated,
+    )
+
+
 # -- the hot path ----------------------------------------------------------------------
 
 
@@ -918,6 +974,31 @@ class PostgresHotPath:
         if ended:
             ctx.tx.tally(ended)
         return answers
+
+    def take_bookmarks(
+        self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
+    ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:
+        params = {
+            "names": _quoted_array([name for name, _ in wanted]),
+            "correlations": _quoted_array([correlation for _, correlation in wanted]),
+        }
+        taken: list[BookmarkRecord] = []
+        instances: dict[UUID, WorkflowInstanceRecord] = {}
+        for row in self._run(connections[ctx.alias], _TAKE_BOOKMARKS, params):
+            bookmark_id, instance_id, name, correlation, payload_type, created_at = row[:6]
+            taken.append(
+                BookmarkRecord(
+                    id=bookmark_id,
+                    instance_id=instance_id,
+                    signal_name=name,
+                    correlation_id=correlation,
+                    payload_type=payload_type,
+                    created_at=created_at,
+                )
+            )
+            if row[6] is not None:
+                instances[instance_id] = _instance_of(instance_id, row[6:])
+        return taken, instances
 
     # -- enqueue ------------------------------------------------------------------------
 

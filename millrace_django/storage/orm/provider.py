@@ -33,6 +33,7 @@ from millrace_django.contract import (
     RecurringQuery,
     RecurringRecord,
     RecurringSummary,
+    ResumeJobs,
     TenantFilter,
     ThroughputPoint,
     WakeupSubscription,
@@ -258,7 +259,7 @@ class DjangoStorage:
     def consume_bookmarks(
         self,
         wanted: Sequence[tuple[str, str]],
-        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+        enqueue: ResumeJobs | None = None,
     ) -> list[BookmarkRecord | None]:
         return self._workflows.consume_bookmarks(wanted, enqueue)
 

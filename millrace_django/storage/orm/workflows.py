@@ -18,6 +18,7 @@ from millrace_django.contract import (
     InstanceState,
     JobRecord,
     NewInstance,
+    ResumeJobs,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -130,6 +131,19 @@ def _per_instance(rows: dict[UUID, dict[str, Any]], column: str) -> Case:
     return Case(*whens, output_field=field)
 
 
+def oldest_first(
+    wanted: Sequence[tuple[str, str]], bookmarks: Sequence[BookmarkRecord]
+) -> list[BookmarkRecord | None]:
+    """For each key of ``wanted`` in order, the oldest of ``bookmarks`` with that key not
+    given to an earlier one (``created_at``, then id in RFC 4122 byte order)."""
+    waiting: dict[tuple[str, str], list[BookmarkRecord]] = {}
+    for b in bookmarks:
+        waiting.setdefault((b.signal_name, b.correlation_id), []).append(b)
+    for matches in waiting.values():
+        matches.sort(key=lambda b: (b.created_at, b.id.bytes), reverse=True)
+    return [waiting[key].pop() if waiting.get(key) else None for key in wanted]
+
+
 class OrmWorkflows:
     """:class:`~millrace_django.contract.WorkflowStorage` over the ORM."""
 
@@ -222,25 +236,32 @@ class OrmWorkflows:
     def consume_bookmarks(
         self,
         wanted: Sequence[tuple[str, str]],
-        enqueue: Callable[[Sequence[BookmarkRecord | None]], Sequence[JobRecord]] | None = None,
+        enqueue: ResumeJobs | None = None,
     ) -> list[BookmarkRecord | None]:
         def consume() -> list[BookmarkRecord | None]:
-            waiting: dict[tuple[str, str], list[BookmarkRecord]] = {}
-            for row in queries.waiting_bookmarks(self._ctx.bookmarks(), wanted):
-                waiting.setdefault((row.signal_name, row.correlation_id), []).append(
-                    bookmark_record(row)
-                )
-            for matches in waiting.values():
-                matches.sort(key=lambda b: (b.created_at, b.id.bytes), reverse=True)
-            consumed = [waiting[key].pop() if waiting.get(key) else None for key in wanted]
-            taken = [b.id for b in consumed if b is not None]
-            if taken:
-                self._ctx.bookmarks().filter(id__in=taken).delete()
+            taken = self._ctx.vendor.hot_path.take_bookmarks(self._ctx, wanted)
+            if taken is None:
+                taken = self._take_bookmarks(wanted)
+            found, instances = taken
+            consumed = oldest_first(wanted, found)
             if enqueue is not None:
-                insert_jobs(self._ctx, enqueue(consumed))
+                insert_jobs(self._ctx, enqueue(consumed, instances))
             return consumed
 
         return self._ctx.tx.write(consume) if wanted else []
+
+    def _take_bookmarks(
+        self, wanted: Sequence[tuple[str, str]]
+    ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]]:
+        """The bookmarks ``wanted`` takes (the oldest of each key, as many as it is
+        named), deleted, and their instances."""
+        waiting = [
+            bookmark_record(row) for row in queries.waiting_bookmarks(self._ctx.bookmarks(), wanted)
+        ]
+        found = [b for b in oldest_first(wanted, waiting) if b is not None]
+        if found:
+            self._ctx.bookmarks().filter(id__in=[b.id for b in found]).delete()
+        return found, self.get_instances({b.instance_id for b in found})
 
     def consume_bookmark_by_id(
         self,
