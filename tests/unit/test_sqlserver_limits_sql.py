@@ -58,3 +58,12 @@ def test_running_jobs_are_counted_among_the_processing_ones(alias: str) -> None:
     sql, params = compiled(limits.running_limits(Job.objects.using(alias)), alias)
     assert "[millrace_job].[state] = %s" in sql and 2 in params
     assert "[millrace_job].[limited] = %s" in sql
+
+
+def test_waiting_limited_jobs_are_counted_per_value_of_limits_from_the_limited_lane(
+    alias: str,
+) -> None:
+    sql, params = compiled(limits.waiting_limits(Job.objects.using(alias)), alias)
+    assert "GROUP BY [millrace_job].[limits]" in sql
+    assert "[millrace_job].[state] = %s" in sql and 1 in params
+    assert "[millrace_job].[limited] = %s" in sql and True in params
