@@ -200,8 +200,14 @@ def chain_checkpoints(
         if checkpoint is not None and effects is not None:
             previous = after.get(checkpoint.instance.id)
             if previous is not None and effects.replan is not None:
-                effects = context.side_effects = effects.replan(previous)
-                transition = outcomes.with_side_effects(transition, effects)
+                try:
+                    replanned = effects.replan(previous)
+                except Exception:  # written as planned: it conflicts and re-merges
+                    logger.exception("job %s: planning it onto its sibling failed", context.job_id)
+                    chained.append(transition)
+                    continue
+                context.side_effects = replanned
+                transition = outcomes.with_side_effects(transition, replanned)
                 checkpoint = transition.checkpoint
             if checkpoint is not None:
                 after[checkpoint.instance.id] = replace(
