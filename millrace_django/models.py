@@ -281,6 +281,7 @@ class Recurring(models.Model):
     )
     fired_job_id = models.UUIDField(null=True, blank=True)
     last_skip_time = models.DateTimeField(null=True, blank=True)
+    enabled = models.BooleanField(default=True, db_default=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
