@@ -42,3 +42,18 @@ class ParentJobNotFound(StorageError):
     def __init__(self, parent_id: UUID) -> None:
         super().__init__(f"continuation parent {parent_id} does not exist; nothing was stored")
         self.parent_id = parent_id
+
+
+class IdempotencyKeyHeld(StorageError):
+    """An active job holds the idempotency key a new job asked for, and the new job's
+    duplicate policy refuses it (``reject``, or ``replace`` with a holder that has
+    already started); nothing was stored. ``holder_id`` is the holder's id."""
+
+    def __init__(self, key: str, tenant_id: str | None, holder_id: UUID, why: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} (tenant {tenant_id!r}) is held by active job "
+            f"{holder_id} ({why}); nothing was stored"
+        )
+        self.key = key
+        self.tenant_id = tenant_id
+        self.holder_id = holder_id

@@ -119,6 +119,7 @@ class Job(models.Model):
     last_error = models.TextField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     workflow_instance_id = models.UUIDField(null=True, blank=True)
     activity_node_id = ExactCharField(max_length=200, null=True, blank=True)

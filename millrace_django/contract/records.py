@@ -102,6 +102,14 @@ def _shape_of(cls: type) -> tuple[frozenset[str], dict[str, Any]]:
     }
 
 
+class DuplicatePolicy(StrEnum):
+    """What an insert does when an active job already holds its idempotency key."""
+
+    RETURN = "return"  # insert nothing; the position answers the holder's id
+    REJECT = "reject"  # raise IdempotencyKeyHeld (with the holder's id); nothing stored
+    REPLACE = "replace"  # a holder not yet started takes the new job's call and due time
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobRecord(_BuiltFromValues):
     """One job row. ``attempt`` counts claims; ``failures`` counts recorded failures."""
@@ -130,6 +138,13 @@ class JobRecord(_BuiltFromValues):
     last_error: str | None = None
     result: JSON = None
     progress: JSON = None
+    checkpoint: JSON = None
+    """The job's own checkpoint, saved by a running attempt (see
+    :meth:`~millrace_django.contract.JobStorage.save_checkpoint`) for the next one to
+    resume from; not a workflow's :class:`WorkflowCheckpoint`."""
+    on_duplicate: DuplicatePolicy = DuplicatePolicy.RETURN
+    """What inserting this job does when an active job holds its idempotency key (see
+    :meth:`~millrace_django.contract.JobStorage.enqueue`); a request, never stored."""
     finished_at: datetime | None = None
     workflow_instance_id: UUID | None = None
     activity_node_id: str | None = None
@@ -169,6 +184,16 @@ class ProgressReport:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkflowInstanceRecord:
     """A durable workflow instance; ``revision`` is its checkpoint counter and fence."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointReport:
+    """A running job's fenced checkpoint: the JSON value its next attempt resumes from."""
+
+    job_id: UUID
+    worker_id: str
+    attempt: int
+    data: JSON
+
+
 
     id: UUID
     definition_id: str

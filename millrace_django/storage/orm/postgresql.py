@@ -589,7 +589,7 @@ _INSERTED_COLUMNS = ", ".join(_q(f.attname) for f in _INSERTED)
 # row's own values, then the rest, which the rows of a batch mostly share (queue, options,
 # state, target, retry): those a record holds as they are stored, as one attrgetter reads
 # them, then those converted (rows.job_values says how).
-_PER_ROW = ["uuid", "created_at", "arguments", "result", "progress"]
+_PER_ROW = ["uuid", "created_at", "arguments", "result", "progress", "checkpoint"]
 _AS_STORED = [
     "queue", "priority", "timeout", "hard_timeout", "due_at", "worker_id", "lease_until",
     "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
@@ -1130,10 +1130,11 @@ def _copy_lines(jobs: Sequence[JobRecord], track_scope: bool) -> Iterator[str]:
                 shared,
                 "\t".join([*map(_copy_value, stored), *texts, _copy_value(scope), *limited]),
             )
-        result, progress = job.result, job.progress
+        result, progress, checkpoint = job.result, job.progress, job.checkpoint
         yield (
             f"{job.id.hex}\t{job.created_at.isoformat()}\t"
             f"{escaped[arguments_text(job.invocation)]}\t"
             f"{_NULL if result is None else escaped[_encode_json(result)]}\t"
-            f"{_NULL if progress is None else escaped[_encode_json(progress)]}\t{shared_text}\n"
+            f"{_NULL if progress is None else escaped[_encode_json(progress)]}\t"
+            f"{_NULL if checkpoint is None else escaped[_encode_json(checkpoint)]}\t{shared_text}\n"
         )

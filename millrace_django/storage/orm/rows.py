@@ -171,6 +171,7 @@ def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
         "last_error": job.last_error,
         "result": job.result,
         "progress": job.progress,
+        "checkpoint": job.checkpoint,
         "finished_at": job.finished_at,
         "workflow_instance_id": job.workflow_instance_id,
         "activity_node_id": job.activity_node_id,
@@ -203,7 +204,7 @@ _AS_STORED = (
     "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
     "hard_timeout",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "result", "progress",
-    "finished_at", "workflow_instance_id", "activity_node_id", "expires_at",
+    "checkpoint", "finished_at", "workflow_instance_id", "activity_node_id", "expires_at",
 )  # fmt: skip
 """Record fields stored as they are, each in the column of its name (the others: ``id``
 in ``uuid``, ``invocation`` in ``target`` and ``arguments``, and ``state`` and
@@ -235,7 +236,9 @@ class JobRowReader:
     def __init__(self, known: Sequence[str]) -> None:
         self._known = tuple(known)
         self._stored = tuple(name for name in _AS_STORED if name not in self._known)
-        self._json = tuple(name for name in ("result", "progress") if name in self._stored)
+        self._json = tuple(
+            name for name in ("result", "progress", "checkpoint") if name in self._stored
+        )
         tail = ("uuid", "target", "arguments", "retry", "limits", "state")
         if set(tail[:5]) & set(self._known):
             raise ValueError(f"a row reader must read {tail[:5]} itself")
