@@ -261,6 +261,25 @@ class JobLog(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.message[:60]}"
 
 
+class JobTag(models.Model):
+    """One tag of a job, a row of its own so that a tag's jobs are found through an index
+    of tags alone (``(tag, job)``), on every database, whatever else the table holds.
+    Untagged jobs have no rows here (their enqueue writes nothing more)."""
+
+    job = models.ForeignKey(Job, on_delete=models.DB_CASCADE, related_name="tags", db_index=False)
+    tag = ExactCharField(max_length=64)
+
+    class Meta:
+        db_table = "millrace_job_tag"
+        constraints = [
+            models.UniqueConstraint(fields=["tag", "job"], name="millrace_job_tag_once"),
+        ]
+        indexes = [models.Index(name="millrace_job_tag_job", fields=["job"])]
+
+    def __str__(self) -> str:
+        return f"{self.tag} on job {self.job_id}"
+
+
 class Recurring(models.Model):
     """A cron definition; ``next_fire_time`` is its compare-and-set fence."""
 
