@@ -254,6 +254,8 @@ class RecurringSummary:
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     last_skip_time: datetime | None = None
     """The occurrence last dropped by overlap ``skip``."""
+    enabled: bool = True
+    """``False`` while disabled by an operator (it does not fire)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -166,8 +166,11 @@ class JobStorage(Protocol):
         ...
 
     def try_run_now(self, job_id: UUID) -> bool:
-        """Move a ``failed`` job (awaiting its retry) to ``enqueued`` now, ``due_at``
-        cleared, counters and error untouched. Anything else: ``False``."""
+        """Move a job that waits for its due time, ``scheduled`` (delayed) or ``failed``
+        (awaiting its retry), to ``enqueued`` now, in one atom: ``due_at`` cleared,
+        counters, error and deadline untouched. At most one of several concurrent calls
+        (or a concurrent :meth:`activate_due`) moves it. Anything else (``awaiting``,
+        already ``enqueued``, started, finished, unknown): ``False``, nothing changes."""
         ...
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
@@ -234,8 +237,9 @@ class JobStorage(Protocol):
         """Insert, or update in one atom: cron, time zone, queue, invocation, retry,
         priority, tenant, overlap policy and ``updated_at`` are overwritten;
         ``next_fire_time`` is taken from ``record`` only if the schedule (cron or time
-        zone) changed; ``last_fire_time``, ``fired_job_id``, ``last_skip_time`` and
-        ``created_at`` are always kept."""
+        zone) changed; ``last_fire_time``, ``fired_job_id``, ``last_skip_time``,
+        ``enabled`` and ``created_at`` are always kept (``enabled`` is taken from
+        ``record`` on insert only)."""
         ...
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None: ...
@@ -245,11 +249,27 @@ class JobStorage(Protocol):
         existed."""
         ...
 
+    def disable_recurring(self, recurring_id: str) -> bool:
+        """Mark the definition disabled (``enabled = False``, ``updated_at = now``), in
+        one atom: from then on every :meth:`try_fire_recurring` of it is ``LOST``, even
+        one whose caller read it due before, and :meth:`get_due_recurring`,
+        :meth:`next_due_time` and the overdue count leave it out. Everything else is
+        kept. Idempotent; whether the definition exists."""
+        ...
+
+    def enable_recurring(self, recurring_id: str, next_fire_time: datetime) -> bool:
+        """Let a disabled definition fire again, in one atom: ``enabled = True``,
+        ``next_fire_time`` set (the engine passes the first occurrence after now, so
+        occurrences missed while disabled are dropped, never caught up) and
+        ``updated_at = now``. An enabled definition is left unchanged (its pending fire
+        time kept). Whether the definition exists."""
+        ...
+
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
-        """Definitions with ``next_fire_time <= now``, most overdue first, at most
-        ``limit``, leaving out those held by overlap ``queue`` (their ``fired_job_id``
-        still active), so held ones never crowd out the rest. A plain read: firing is
-        :meth:`try_fire_recurring`'s job."""
+        """Enabled definitions with ``next_fire_time <= now``, most overdue first, at
+        most ``limit``, leaving out those held by overlap ``queue`` (their
+        ``fired_job_id`` still active), so held ones never crowd out the rest. A plain
+        read: firing is :meth:`try_fire_recurring`'s job."""
         ...
 
     def try_fire_recurring(
@@ -260,15 +280,15 @@ class JobStorage(Protocol):
         the policy is ``skip``: set ``next_fire_time`` and ``last_skip_time = expected``,
         insert nothing (``SKIPPED``); ``queue``: change nothing (``HELD``). Otherwise set
         ``next_fire_time``, ``last_fire_time = expected``, ``fired_job_id = job.id`` and
-        insert ``job`` (``FIRED``). Unknown id or stale ``expected``: ``LOST``, nothing
-        changed."""
+        insert ``job`` (``FIRED``). Unknown id, disabled definition or stale
+        ``expected``: ``LOST``, nothing changed."""
         ...
 
     def next_due_time(self, after: datetime) -> datetime | None:
         """The earliest moment later than ``after`` at which :meth:`activate_due` or
         :meth:`get_due_recurring` finds work: the least ``due_at`` of the ``scheduled``
-        and ``failed`` jobs and ``next_fire_time`` of the recurring definitions, counting
-        only those strictly after ``after``; ``None`` if there is none. A plain read,
+        and ``failed`` jobs and ``next_fire_time`` of the enabled recurring definitions,
+        counting only those strictly after ``after``; ``None`` if there is none. A plain read,
         served by the indexes those two use (cheap enough for every scheduler pass):
         a scheduler sleeps until then instead of polling. Work due at or before
         ``after`` is not reported (the pass at ``after`` has already seen it)."""

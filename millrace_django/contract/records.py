@@ -329,6 +329,10 @@ class RecurringRecord:
     storage, like ``last_fire_time``."""
     last_skip_time: datetime | None = None
     """The occurrence last dropped by overlap ``skip``; kept by the storage."""
+    enabled: bool = True
+    """``False`` while an operator has it disabled: it never fires. Stored by the first
+    upsert, then changed only by ``disable_recurring``/``enable_recurring`` (a redeploy's
+    upsert keeps it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

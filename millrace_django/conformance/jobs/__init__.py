@@ -23,6 +23,7 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
     from millrace_django.conformance.jobs.limits import LimitFacts
     from millrace_django.conformance.jobs.next_due import NextDueFacts
+    from millrace_django.conformance.jobs.operating import DisabledRecurringFacts, RunNowFacts
     from millrace_django.conformance.jobs.operations import (
         DeleteJobFacts,
         PausedQueueFacts,
@@ -47,6 +48,8 @@ def _compose() -> type:
         ActivationFacts,
         RecurringFacts,
         OverlapFacts,
+        DisabledRecurringFacts,
+        RunNowFacts,
         ExpiryFacts,
         NextDueFacts,
         ResultFacts,

@@ -133,7 +133,6 @@ class FenceFacts(FactGroup):
     @pytest.mark.parametrize(
         "state",
         [
-            JobState.SCHEDULED,
             JobState.ENQUEUED,
             JobState.PROCESSING,
             JobState.SUCCEEDED,
@@ -142,10 +141,11 @@ class FenceFacts(FactGroup):
             JobState.AWAITING,
         ],
     )
-    def test_run_now_refuses_anything_not_awaiting_a_retry(
+    def test_run_now_refuses_anything_not_waiting_for_its_due_time(
         self, store: StoreUnderTest, clock: FakeClock, state: JobState
     ) -> None:
-        """Run now on a job in any state but failed returns False and changes nothing."""
+        """Run now on a job in any state but failed or scheduled returns False and changes
+        nothing."""
         job_id = job_in_state(store, clock, state)
         before = stored_job(store, job_id)
         assert before.state is state

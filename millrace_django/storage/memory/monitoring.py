@@ -145,7 +145,7 @@ class MemoryMonitoring:
             instances_by_state=instances_by_state,
             recurring_definitions=len(recurring),
             overdue_recurring_definitions=sum(
-                r.next_fire_time <= now and r.id not in waiting for r in recurring
+                r.enabled and r.next_fire_time <= now and r.id not in waiting for r in recurring
             ),
         )
 
@@ -299,4 +299,5 @@ class MemoryMonitoring:
             updated_at=record.updated_at,
             overlap=record.overlap,
             last_skip_time=record.last_skip_time,
+            enabled=record.enabled,
         )

@@ -366,7 +366,7 @@ class MemoryJobStore:
     def try_run_now(self, job_id: UUID) -> bool:
         with self._atomic() as log:
             job = log.tables.jobs.get(job_id)
-            if job is None or job.state is not JobState.FAILED:
+            if job is None or job.state not in (JobState.SCHEDULED, JobState.FAILED):
                 return False
             log.put_job(job, replace(job, state=JobState.ENQUEUED, due_at=None))
             return True
@@ -463,6 +463,7 @@ class MemoryJobStore:
                     last_fire_time=stored.last_fire_time,
                     fired_job_id=stored.fired_job_id,
                     last_skip_time=stored.last_skip_time,
+                    enabled=stored.enabled,
                     created_at=stored.created_at,
                 )
             log.set(log.tables.recurring, record.id, record)
@@ -477,12 +478,33 @@ class MemoryJobStore:
             log.set(log.tables.recurring, recurring_id, None)
             return existed
 
+    def disable_recurring(self, recurring_id: str) -> bool:
+        with self._atomic() as log:
+            stored = log.tables.recurring.get(recurring_id)
+            if stored is None:
+                return False
+            disabled = replace(stored, enabled=False, updated_at=self.clock.now())
+            log.set(log.tables.recurring, recurring_id, disabled)
+            return True
+
+    def enable_recurring(self, recurring_id: str, next_fire_time: datetime) -> bool:
+        with self._atomic() as log:
+            stored = log.tables.recurring.get(recurring_id)
+            if stored is None:
+                return False
+            if not stored.enabled:
+                enabled = replace(
+                    stored, enabled=True, next_fire_time=next_fire_time, updated_at=self.clock.now()
+                )
+                log.set(log.tables.recurring, recurring_id, enabled)
+            return True
+
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         with self._reading() as tables:
             due = [
                 r
                 for r in tables.recurring.values()
-                if r.next_fire_time <= now and not held(tables, r)
+                if r.enabled and r.next_fire_time <= now and not held(tables, r)
             ]
             due.sort(key=lambda r: (r.next_fire_time, r.id))
             return due[: max(limit, 0)]
@@ -490,7 +512,7 @@ class MemoryJobStore:
     def next_due_time(self, after: datetime) -> datetime | None:
         with self._reading() as tables:
             due_jobs = (tables.jobs[job_id].due_at for job_id in tables.due)
-            fire_times = (r.next_fire_time for r in tables.recurring.values())
+            fire_times = (r.next_fire_time for r in tables.recurring.values() if r.enabled)
             later = [t for t in (*due_jobs, *fire_times) if t is not None and t > after]
             return min(later, default=None)
 
@@ -499,7 +521,7 @@ class MemoryJobStore:
     ) -> FireOutcome:
         with self._atomic() as log:
             stored = log.tables.recurring.get(recurring_id)
-            if stored is None or stored.next_fire_time != expected:
+            if stored is None or not stored.enabled or stored.next_fire_time != expected:
                 return FireOutcome.LOST
             now = self.clock.now()
             if stored.overlap is not OverlapPolicy.ALLOW and self._previous_running(

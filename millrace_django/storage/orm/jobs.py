@@ -43,6 +43,7 @@ from millrace_django.storage.orm.transitions import (
 )
 
 _TERMINAL = job_codes(TERMINAL_JOB_STATES)
+_WAITING_FOR_DUE_TIME = job_codes({JobState.SCHEDULED, JobState.FAILED})
 _FINISHED_ROW = ("seq", "state", "queue", "target", "tenant_id", "finished_at")
 """What deleting a finished job reads of it: its row, and its place in the counts."""
 
@@ -265,16 +266,14 @@ class OrmJobs:
             row = (
                 self._ctx.jobs()
                 .select_for_update()
-                .filter(uuid=job_id, state=Code.FAILED)
+                .filter(uuid=job_id, state__in=_WAITING_FOR_DUE_TIME)
                 .values_list("seq", "queue")
                 .first()
             )
             if row is None:
                 return False
             seq, queue = row
-            self._ctx.jobs().filter(seq=seq, state=Code.FAILED).update(
-                state=Code.ENQUEUED, due_at=None
-            )
+            self._ctx.jobs().filter(seq=seq).update(state=Code.ENQUEUED, due_at=None)
             self._ctx.tx.enqueued([queue])
             return True
 
@@ -426,7 +425,13 @@ class OrmJobs:
             fields = recurring_fields(record)
             if (stored.cron, stored.timezone) == (record.cron, record.timezone):
                 del fields["next_fire_time"]
-            for kept in ("last_fire_time", "fired_job_id", "last_skip_time", "created_at"):
+            for kept in (
+                "last_fire_time",
+                "fired_job_id",
+                "last_skip_time",
+                "enabled",
+                "created_at",
+            ):
                 del fields[kept]
             self._ctx.recurring().filter(id=record.id).update(**fields)
 
@@ -442,6 +447,28 @@ class OrmJobs:
         )
         return deleted > 0
 
+    def disable_recurring(self, recurring_id: str) -> bool:
+        updated = self._ctx.tx.write(
+            lambda: (
+                self._ctx.recurring()
+                .filter(id=recurring_id)
+                .update(enabled=False, updated_at=self._ctx.clock.now())
+            )
+        )
+        return updated > 0
+
+    def enable_recurring(self, recurring_id: str, next_fire_time: datetime) -> bool:
+        def enable() -> bool:
+            definition = self._ctx.recurring().filter(id=recurring_id)
+            return bool(
+                definition.filter(enabled=False).update(
+                    enabled=True, next_fire_time=next_fire_time, updated_at=self._ctx.clock.now()
+                )
+                or definition.exists()
+            )
+
+        return self._ctx.tx.write(enable)
+
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         if limit <= 0:
             return []
@@ -449,7 +476,7 @@ class OrmJobs:
         rows = self._ctx.tx.read(
             lambda: list(
                 self._ctx.recurring()
-                .filter(~held, next_fire_time__lte=now)
+                .filter(~held, enabled=True, next_fire_time__lte=now)
                 .order_by("next_fire_time", "id")[:limit]
             )
         )
@@ -478,7 +505,9 @@ class OrmJobs:
 
         def fire() -> FireOutcome:
             now = self._ctx.clock.now()
-            definition = self._ctx.recurring().filter(id=recurring_id, next_fire_time=expected)
+            definition = self._ctx.recurring().filter(
+                id=recurring_id, enabled=True, next_fire_time=expected
+            )
             if definition.filter(queries.may_fire(self._ctx.jobs())).update(
                 next_fire_time=next_fire_time,
                 last_fire_time=expected,

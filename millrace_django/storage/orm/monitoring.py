@@ -244,7 +244,7 @@ class OrmMonitoring:
             instances_by_state=instances_by_state,
             recurring_definitions=recurring.count(),
             overdue_recurring_definitions=recurring.filter(
-                ~held(ctx.jobs()), next_fire_time__lte=ctx.clock.now()
+                ~held(ctx.jobs()), enabled=True, next_fire_time__lte=ctx.clock.now()
             ).count(),
         )
 
@@ -449,4 +449,5 @@ def _summarize_recurring(row: Recurring) -> RecurringSummary:
         updated_at=row.updated_at,
         overlap=OverlapPolicy(row.overlap),
         last_skip_time=row.last_skip_time,
+        enabled=row.enabled,
     )

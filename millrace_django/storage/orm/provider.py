@@ -195,6 +195,12 @@ class DjangoStorage:
     def remove_recurring(self, recurring_id: str) -> bool:
         return self._jobs.remove_recurring(recurring_id)
 
+    def disable_recurring(self, recurring_id: str) -> bool:
+        return self._jobs.disable_recurring(recurring_id)
+
+    def enable_recurring(self, recurring_id: str, next_fire_time: datetime) -> bool:
+        return self._jobs.enable_recurring(recurring_id, next_fire_time)
+
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         return self._jobs.get_due_recurring(now, limit)
 

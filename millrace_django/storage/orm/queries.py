@@ -220,7 +220,7 @@ def due_heads(
         for states in by_state
     ]
     heads.append(
-        recurring.filter(next_fire_time__gt=after)
+        recurring.filter(enabled=True, next_fire_time__gt=after)
         .order_by("next_fire_time")
         .values_list("next_fire_time", flat=True)[:1]
     )

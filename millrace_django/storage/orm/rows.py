@@ -303,6 +303,7 @@ def recurring_fields(record: RecurringRecord) -> dict[str, Any]:
         "overlap": record.overlap.value,
         "fired_job_id": record.fired_job_id,
         "last_skip_time": record.last_skip_time,
+        "enabled": record.enabled,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -323,6 +324,7 @@ def recurring_record(row: Recurring) -> RecurringRecord:
         overlap=OverlapPolicy(row.overlap),
         fired_job_id=row.fired_job_id,
         last_skip_time=row.last_skip_time,
+        enabled=row.enabled,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
