@@ -37,7 +37,6 @@ from millrace_django.engine.config import EngineConfig
 from millrace_django.engine.cron import CronSchedule
 from millrace_django.engine.errors import (
     DuplicateIdempotencyKey,
-    InvalidCron,
     InvalidSchedule,
     JobNotFinished,
     UnknownQueue,
@@ -45,7 +44,12 @@ from millrace_django.engine.errors import (
 from millrace_django.engine.expiry import Expiry, deadline, expiry_of
 from millrace_django.engine.invocation import capture
 from millrace_django.engine.limits import job_limits, keyed
-from millrace_django.engine.recurring import occurrence
+from millrace_django.engine.recurring import (
+    edited,
+    first_fire_time,
+    following_fire_time,
+    occurrence,
+)
 from millrace_django.engine.registry import (
     ConfiguredJob,
     JobDefinition,
@@ -220,9 +224,7 @@ class JobClient:
         options = JobOptions(queue=queue, priority=priority, retry=retry).over(options)
         schedule = CronSchedule.parse(cron, timezone)
         now = self.clock.now()
-        next_fire_time = schedule.next_after(now)
-        if next_fire_time is None:
-            raise InvalidCron(f"cron {schedule.expression!r} has no occurrence in the next 5 years")
+        next_fire_time = first_fire_time(schedule, now)
         record = RecurringRecord(
             id=recurring_id,
             cron=schedule.expression,
@@ -257,6 +259,51 @@ class JobClient:
         self.store([occurrence(record, self.clock, self.config.queue_limits)])
         return True
 
+    def disable_recurring(self, recurring_id: str) -> bool:
+        """Stop a definition from firing until it is enabled (it stays listed, and a
+        redeploy's upsert keeps it disabled); whether it exists."""
+        return self.storage.disable_recurring(recurring_id)
+
+    def enable_recurring(self, recurring_id: str) -> bool:
+        """Let a disabled definition fire again from its first occurrence after now:
+        those it missed while disabled are dropped, not caught up. An enabled one is
+        left alone. Whether it exists."""
+        record = self.storage.get_recurring(recurring_id)
+        if record is None:
+            return False
+        resume_at = following_fire_time(record, self.clock.now())
+        return self.storage.enable_recurring(recurring_id, resume_at)
+
+    def edit_recurring(
+        self,
+        recurring_id: str,
+        *,
+        cron: str | None = None,
+        timezone: str | None = None,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Change a definition's cron, time zone or arguments (``args``/``kwargs``: given
+        either, they replace the stored arguments whole), validated as
+        :meth:`upsert_recurring` validates them before anything is written; a changed
+        schedule fires next after now. ``False`` if there is no such definition. The
+        code's own ``upsert_recurring`` at the next deploy overwrites an edit."""
+        record = self.storage.get_recurring(recurring_id)
+        if record is None:
+            return False
+        arguments = None if args is None and kwargs is None else (args or (), kwargs or {})
+        self.storage.upsert_recurring(
+            edited(
+                record,
+                self.clock.now(),
+                cron=cron,
+                timezone=timezone,
+                arguments=arguments,
+                max_bytes=self.config.max_arguments_bytes,
+            )
+        )
+        return True
+
     # -- reading and managing jobs --------------------------------------------------------
 
     def get(self, job_id: UUID | str) -> JobStatus | None:
@@ -271,8 +318,8 @@ class JobClient:
         return self.storage.try_cancel(job_id)
 
     def run_now(self, job_id: UUID) -> bool:
-        """Move a failed job's pending retry to now, spending nothing; ``False`` unless
-        the job is failed (awaiting its retry)."""
+        """Enqueue a job waiting for its due time now: a scheduled (delayed) job, or a
+        failed one's pending retry (spending nothing). ``False`` for any other job."""
         return self.storage.try_run_now(job_id)
 
     def requeue(self, job_id: UUID) -> UUID | None:

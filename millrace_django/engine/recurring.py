@@ -8,15 +8,18 @@ fire).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Any
 
 from millrace_django.clock import Clock
 from millrace_django.contract import JobRecord, JobState, Limit, RecurringRecord
 from millrace_django.engine.cron import CronSchedule
+from millrace_django.engine.errors import InvalidCron
 from millrace_django.engine.expiry import deadline
-from millrace_django.engine.invocation import find
+from millrace_django.engine.invocation import capture, find, resolve
 from millrace_django.engine.limits import limits_of_call
 from millrace_django.ids import new_id
 
@@ -57,3 +60,45 @@ def following_fire_time(record: RecurringRecord, now: datetime) -> datetime:
     longer parses (the scheduler logs it and moves on)."""
     following = CronSchedule.parse(record.cron, record.timezone).next_after(now)
     return following if following is not None else FAR_FUTURE
+
+
+def first_fire_time(schedule: CronSchedule, now: datetime) -> datetime:
+    """The first occurrence of ``schedule`` after ``now``; raises
+    :class:`~millrace_django.engine.errors.InvalidCron` if it has none soon enough."""
+    following = schedule.next_after(now)
+    if following is None:
+        raise InvalidCron(f"cron {schedule.expression!r} has no occurrence in the next 5 years")
+    return following
+
+
+def edited(
+    record: RecurringRecord,
+    now: datetime,
+    *,
+    cron: str | None = None,
+    timezone: str | None = None,
+    arguments: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
+    max_bytes: int,
+) -> RecurringRecord:
+    """``record`` with a new schedule and/or new arguments (``(args, kwargs)``, replacing
+    the stored ones whole), validated exactly as an upsert validates them: raises
+    :class:`~millrace_django.engine.errors.InvalidCron` (or ``UnknownTimezone``), and
+    for arguments that do not fit the function as deployed ``InvalidJobArguments``,
+    ``ArgumentsTooLarge`` or ``UnresolvableTarget``. A changed schedule fires next
+    after ``now``; an unchanged one keeps its pending fire time (the storage keeps it)."""
+    schedule = CronSchedule.parse(
+        record.cron if cron is None else cron, record.timezone if timezone is None else timezone
+    )
+    invocation = record.invocation
+    if arguments is not None:
+        args, kwargs = arguments
+        definition = resolve(record.invocation.target)
+        invocation = capture(definition, tuple(args), dict(kwargs), max_bytes=max_bytes)
+    return replace(
+        record,
+        cron=schedule.expression,
+        timezone=schedule.timezone,
+        invocation=invocation,
+        next_fire_time=first_fire_time(schedule, now),
+        updated_at=now,
+    )
