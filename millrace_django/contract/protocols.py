@@ -35,6 +35,7 @@ from millrace_django.contract.monitoring import (
 )
 from millrace_django.contract.records import (
     BookmarkRecord,
+    CheckpointReport,
     ClaimRequest,
     FireOutcome,
     JobRecord,
@@ -71,6 +72,13 @@ class JobStorage(Protocol):
           (any non-terminal state; a null tenant is one shared scope) is not inserted; its
           position returns the holder's id. This linearizes with a concurrent terminal
           release: each position is either the old holder's id or the new job's id.
+          That is the job's ``on_duplicate`` policy ``RETURN``; with ``REJECT`` a held key
+          raises :class:`~millrace_django.errors.IdempotencyKeyHeld` (carrying the
+          holder's id), nothing stored; with ``REPLACE`` a ``scheduled``, ``enqueued`` or
+          ``failed`` holder takes the new job's invocation, limits, state, ``due_at`` and
+          ``expires_at`` (keeping its id, queue, options, counters and history) and its
+          position returns its id, while any other holder (``processing``, ``awaiting``)
+          raises :class:`~millrace_django.errors.IdempotencyKeyHeld`, nothing stored.
         - An ``awaiting`` job is fixed up against its parent in the same atom, serialized
           with the parent's terminal transition: parent succeeded -> stored ``enqueued``;
           parent dead or cancelled -> stored ``cancelled`` with ``finished_at``; parent
@@ -155,6 +163,16 @@ class JobStorage(Protocol):
         nothing and returns ``False``. Only the newest ``LOG_LINE_CAP`` lines are kept.
         Progress and logs outlive the run (they are history for the dashboard) and go
         with the job when it is purged."""
+        ...
+
+    def save_checkpoint(self, report: CheckpointReport) -> bool:
+        """Replace a running job's checkpoint with ``report.data``, fenced like
+        :meth:`apply` on ``(processing, worker_id, attempt)``; a failed fence stores
+        nothing and returns ``False`` (a worker fenced off never overwrites a newer
+        owner's checkpoint). The checkpoint is kept through failures, retries,
+        interruptions and success (it is history for the dashboard), read back by
+        :meth:`get_job`, every later :meth:`claim` of the job and the job's details, and
+        goes with the job when it is purged."""
         ...
 
     def try_cancel(self, job_id: UUID) -> bool:

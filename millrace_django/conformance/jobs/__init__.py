@@ -17,10 +17,12 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.checkpoints import CheckpointFacts
     from millrace_django.conformance.jobs.claims import ClaimFacts
     from millrace_django.conformance.jobs.continuations import ContinuationFacts
+    from millrace_django.conformance.jobs.duplicates import DuplicatePolicyFacts
     from millrace_django.conformance.jobs.expiry import ExpiryFacts
     from millrace_django.conformance.jobs.fence import FenceFacts
     from millrace_django.conformance.jobs.giving_back import GivingBackFacts
     from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
+    from millrace_django.conformance.jobs.job_checkpoints import JobCheckpointFacts
     from millrace_django.conformance.jobs.limits import LimitFacts
     from millrace_django.conformance.jobs.next_due import NextDueFacts
     from millrace_django.conformance.jobs.operating import DisabledRecurringFacts, RunNowFacts
@@ -38,6 +40,7 @@ def _compose() -> type:
         CheckpointFacts,
         ContinuationFacts,
         IdempotencyFacts,
+        DuplicatePolicyFacts,
         BatchFacts,
         CancellationFacts,
         ClaimFacts,
@@ -54,6 +57,7 @@ def _compose() -> type:
         NextDueFacts,
         ResultFacts,
         ProgressFacts,
+        JobCheckpointFacts,
         PurgeFacts,
         ApplyManyFacts,
         PausedQueueFacts,

@@ -240,6 +240,7 @@ class MemoryMonitoring:
             result=job.result,
             progress=job.progress,
             logs=logs,
+            checkpoint=job.checkpoint,
             lease_until=job.lease_until,
             cancel_requested=job.cancel_requested,
             attempts=[attempts[n] for n in sorted(attempts, reverse=True)],

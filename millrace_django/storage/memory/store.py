@@ -24,7 +24,9 @@ from millrace_django.contract import (
     AttemptOutcome,
     BookmarkRecord,
     Capabilities,
+    CheckpointReport,
     ClaimRequest,
+    DuplicatePolicy,
     FireOutcome,
     InstanceState,
     JobAttempt,
@@ -46,6 +48,7 @@ from millrace_django.contract import (
     transition_problem,
 )
 from millrace_django.contract.chains import predecessors, unapplied_predecessor
+from millrace_django.contract.duplicates import refusal, replaced
 from millrace_django.errors import (
     ConcurrencyConflict,
     DuplicateJobId,
@@ -106,9 +109,20 @@ class MemoryJobStore:
             job = self._fix_up_continuation(tables, job)
         scope = key_scope(job)
         if scope is not None and scope in tables.active_keys:
-            return tables.active_keys[scope]
+            holder = tables.jobs[tables.active_keys[scope]]
+            if job.on_duplicate is not DuplicatePolicy.RETURN:
+                self._meet_holder(log, job, holder)
+            return holder.id
         log.insert_job(job)
         return job.id
+
+    @staticmethod
+    def _meet_holder(log: UndoLog, job: JobRecord, holder: JobRecord) -> None:
+        """Apply ``job``'s duplicate policy to the active ``holder`` of its key."""
+        refused = refusal(job, holder.id, holder.state)
+        if refused is not None:
+            raise refused
+        log.put_job(holder, replaced(holder, job))
 
     def _fix_up_continuation(self, tables: Tables, job: JobRecord) -> JobRecord:
         parent = tables.jobs.get(job.parent_id) if job.parent_id is not None else None
@@ -324,6 +338,19 @@ class MemoryJobStore:
             if report.logs:
                 lines = log.tables.logs.get(job.id, ()) + tuple(report.logs)
                 log.set(log.tables.logs, job.id, lines[-LOG_LINE_CAP:])
+            return True
+
+    def save_checkpoint(self, report: CheckpointReport) -> bool:
+        with self._atomic() as log:
+            job = log.tables.jobs.get(report.job_id)
+            if (
+                job is None
+                or job.state is not JobState.PROCESSING
+                or job.worker_id != report.worker_id
+                or job.attempt != report.attempt
+            ):
+                return False
+            log.put_job(job, replace(job, checkpoint=report.data))
             return True
 
     # -- operator moves ------------------------------------------------------------------

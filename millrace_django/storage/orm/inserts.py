@@ -25,20 +25,32 @@ from millrace_django.contract import (
     ACTIVE_JOB_STATES,
     INSERTABLE_JOB_STATES,
     TERMINAL_JOB_STATES,
+    DuplicatePolicy,
     JobRecord,
     JobState,
 )
+from millrace_django.contract.duplicates import refusal, replaced
 from millrace_django.errors import DuplicateJobId, ParentJobNotFound, StorageError
 from millrace_django.models import JOB_STATE_CODES, JOB_STATES, job_codes
 from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.rows import active_scope, job_row, key_digest
+from millrace_django.storage.orm.rows import (
+    active_scope,
+    job_record,
+    job_row,
+    job_values,
+    key_digest,
+)
 from millrace_django.storage.orm.transactions import InsertConflict
 
 _ACTIVE_CODES = job_codes(ACTIVE_JOB_STATES)
 _TERMINAL_CODES = frozenset(job_codes(TERMINAL_JOB_STATES))
 _ENQUEUED = JOB_STATE_CODES[JobState.ENQUEUED]
 _FAILED_PARENT = frozenset({JobState.DEAD, JobState.CANCELLED})
+_REPLACED_COLUMNS = (
+    "target", "arguments", "limited", "limits", "limit_key", "state", "due_at", "expires_at",
+)  # fmt: skip
+"""The columns of :data:`~millrace_django.contract.duplicates.REPLACED_FIELDS`."""
 
 
 def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
@@ -62,6 +74,8 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
         if scope is not None and scope in holders:
             effective.append(holders[scope])
             continue
+            if job.on_duplicate is not DuplicatePolicy.RETURN:
+                _meet_holder(ctx, job, holders[scope])
         if scope is not None:
             holders[scope] = job.id
         parents[job.id] = job.state
@@ -85,6 +99,30 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
 def _refuse_malformed(jobs: Sequence[JobRecord]) -> None:
     seen: set[UUID] = set()
     for job in jobs:
+def meets_holders(jobs: Sequence[JobRecord]) -> bool:
+    """Whether a job of ``jobs`` has a duplicate policy other than ``return``: a hot
+    path leaves such a batch to :func:`insert_jobs` (which meets each holder's locked
+    row), so the default policy costs nothing more."""
+    return any(job.on_duplicate is not DuplicatePolicy.RETURN for job in jobs)
+
+
+def _meet_holder(ctx: OrmContext, job: JobRecord, holder_id: UUID) -> None:
+    """Apply ``job``'s duplicate policy to the active holder of its key, whose row is
+    locked and read again: a holder claimed or ended since the look-up is seen as it
+    is now (one that released the key replays the call, which then inserts ``job``)."""
+    row = ctx.jobs().select_for_update().filter(uuid=holder_id).first()
+    if row is None or row.state in _TERMINAL_CODES:
+        raise InsertConflict(f"the holder {holder_id} of {job.idempotency_key!r} has ended")
+    holder = job_record(row)
+    refused = refusal(job, holder.id, holder.state)
+    if refused is not None:
+        raise refused
+    values = job_values(replaced(holder, job), track_scope=ctx.track_scope)
+    ctx.jobs().filter(seq=row.seq).update(**{name: values[name] for name in _REPLACED_COLUMNS})
+    if job.state is JobState.ENQUEUED:
+        ctx.tx.enqueued([holder.queue])
+
+
         if job.state not in INSERTABLE_JOB_STATES:
             raise StorageError(f"a new job cannot be stored as {job.state.value!r}")
         if job.id in seen:

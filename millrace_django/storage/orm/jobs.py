@@ -15,6 +15,7 @@ from millrace_django.contract import (
     PRE_ACTIVE_JOB_STATES,
     TERMINAL_JOB_STATES,
     Capabilities,
+    CheckpointReport,
     ClaimRequest,
     FireOutcome,
     JobLogLine,
@@ -195,6 +196,23 @@ class OrmJobs:
             return True
 
         return self._ctx.tx.write(store)
+
+    def save_checkpoint(self, report: CheckpointReport) -> bool:
+        """One fenced UPDATE: the fence is its filter (a row it does not match is not
+        touched, and the count says which)."""
+        return self._ctx.tx.write(
+            lambda: (
+                self._ctx.jobs()
+                .filter(
+                    uuid=report.job_id,
+                    state=Code.PROCESSING,
+                    worker_id=report.worker_id,
+                    attempt=report.attempt,
+                )
+                .update(checkpoint=report.data)
+                == 1
+            )
+        )
 
     def _append_logs(self, job_seq: int, lines: Sequence[JobLogLine]) -> None:
         """Append, then drop what falls beyond the newest :data:`LOG_LINE_CAP` lines."""

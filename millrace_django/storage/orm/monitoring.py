@@ -396,6 +396,7 @@ class OrmMonitoring:
             lease_until=row.lease_until,
             cancel_requested=row.cancel_requested,
             attempts=attempts,
+            checkpoint=row.checkpoint,
             continuations=continuations,
             expires_at=row.expires_at,
             hard_timeout=row.hard_timeout,

@@ -63,6 +63,7 @@ from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath, claim_limited
+from millrace_django.storage.orm.inserts import meets_holders
 from millrace_django.storage.orm.rows import (
     JobRowReader,
     active_scope,
@@ -825,7 +826,7 @@ class PostgresHotPath:
         return ctx.notify_channel is not None and self.several_statements
 
     def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool:
-        return ctx.notify_channel is not None and not _copies(jobs)
+        return ctx.notify_channel is not None and not _copies(jobs) and not meets_holders(jobs)
 
     # -- statements ---------------------------------------------------------------------
 
@@ -1005,7 +1006,7 @@ class PostgresHotPath:
     def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
         """Insert ``jobs`` (none of them awaiting a parent) with enqueue semantics."""
         channel = ctx.notify_channel
-        if channel is None:
+        if channel is None or meets_holders(jobs):
             return None
         connection = connections[ctx.alias]
         try:

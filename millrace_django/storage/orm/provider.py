@@ -17,6 +17,7 @@ from millrace_django.contract import (
     BookmarkRecord,
     Capabilities,
     ClaimRequest,
+    CheckpointReport,
     FireOutcome,
     InstanceQuery,
     InstanceSummary,
@@ -150,6 +151,9 @@ class DjangoStorage:
         return self._jobs.try_run_now(job_id)
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
+    def save_checkpoint(self, report: CheckpointReport) -> bool:
+        return self._jobs.save_checkpoint(report)
+
         return self._jobs.get_job(job_id)
 
     def activate_due(self, now: datetime, limit: int) -> int:
