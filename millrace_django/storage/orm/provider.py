@@ -144,6 +144,9 @@ class DjangoStorage:
     def report_progress(self, report: ProgressReport) -> bool:
         return self._jobs.report_progress(report)
 
+    def save_checkpoint(self, report: CheckpointReport) -> bool:
+        return self._jobs.save_checkpoint(report)
+
     def try_cancel(self, job_id: UUID) -> bool:
         return self._jobs.try_cancel(job_id)
 
@@ -151,9 +154,6 @@ class DjangoStorage:
         return self._jobs.try_run_now(job_id)
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
-    def save_checkpoint(self, report: CheckpointReport) -> bool:
-        return self._jobs.save_checkpoint(report)
-
         return self._jobs.get_job(job_id)
 
     def activate_due(self, now: datetime, limit: int) -> int:
