@@ -16,8 +16,8 @@ from millrace_django.clock import Clock, SystemClock
 from millrace_django.contract import (
     BookmarkRecord,
     Capabilities,
-    ClaimRequest,
     CheckpointReport,
+    ClaimRequest,
     FireOutcome,
     InstanceQuery,
     InstanceSummary,
