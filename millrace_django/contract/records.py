@@ -182,9 +182,6 @@ class ProgressReport:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WorkflowInstanceRecord:
-    """A durable workflow instance; ``revision`` is its checkpoint counter and fence."""
-@dataclass(frozen=True, slots=True, kw_only=True)
 class CheckpointReport:
     """A running job's fenced checkpoint: the JSON value its next attempt resumes from."""
 
@@ -194,6 +191,9 @@ class CheckpointReport:
     data: JSON
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowInstanceRecord:
+    """A durable workflow instance; ``revision`` is its checkpoint counter and fence."""
 
     id: UUID
     definition_id: str

@@ -72,10 +72,10 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
             job = _fixed_up(job, parents, now)
         scope = active_scope(job)
         if scope is not None and scope in holders:
-            effective.append(holders[scope])
-            continue
             if job.on_duplicate is not DuplicatePolicy.RETURN:
                 _meet_holder(ctx, job, holders[scope])
+            effective.append(holders[scope])
+            continue
         if scope is not None:
             holders[scope] = job.id
         parents[job.id] = job.state
@@ -96,9 +96,6 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
     return effective
 
 
-def _refuse_malformed(jobs: Sequence[JobRecord]) -> None:
-    seen: set[UUID] = set()
-    for job in jobs:
 def meets_holders(jobs: Sequence[JobRecord]) -> bool:
     """Whether a job of ``jobs`` has a duplicate policy other than ``return``: a hot
     path leaves such a batch to :func:`insert_jobs` (which meets each holder's locked
@@ -123,6 +120,9 @@ def _meet_holder(ctx: OrmContext, job: JobRecord, holder_id: UUID) -> None:
         ctx.tx.enqueued([holder.queue])
 
 
+def _refuse_malformed(jobs: Sequence[JobRecord]) -> None:
+    seen: set[UUID] = set()
+    for job in jobs:
         if job.state not in INSERTABLE_JOB_STATES:
             raise StorageError(f"a new job cannot be stored as {job.state.value!r}")
         if job.id in seen:
