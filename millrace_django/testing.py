@@ -317,10 +317,13 @@ class JobRunner:
         if transition is None:
             return
         result: bool | StorageError
-        try:
-            result = self.storage.apply(transition)
-        except ConcurrencyConflict as conflict:  # re-merged as the worker does
-            transition, result = remerge(self.storage, job, context, transition, conflict)
+        if outcome.written is not None:  # an atomic job's own transaction applied it
+            result = outcome.written
+        else:
+            try:
+                result = self.storage.apply(transition)
+            except ConcurrencyConflict as conflict:  # re-merged as the worker does
+                transition, result = remerge(self.storage, job, context, transition, conflict)
         if isinstance(result, StorageError):
             raise result
         if isinstance(outcome.error, KeyboardInterrupt):

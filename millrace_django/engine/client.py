@@ -25,6 +25,7 @@ from millrace_django.contract import (
     RecurringRecord,
     RetrySpec,
 )
+from millrace_django.engine.atomic import check_atomic
 from millrace_django.engine.batches import (
     CALLBACK_KEYWORDS,
     COUNT_NAMES,
@@ -210,6 +211,7 @@ class JobClient:
         if not isinstance(recurring_id, str) or not recurring_id.strip():
             raise ValueError(f"a recurring id must be a non-blank string; got {recurring_id!r}")
         definition, options = unpack(job)
+        check_atomic(definition, self.storage, options.hard_timeout)
         if isinstance(job, ConfiguredJob) and job.options.idempotency_key is not None:
             raise ValueError(
                 "recurring jobs take no idempotency key: the recurring id is their identity"
@@ -408,6 +410,7 @@ class JobClient:
                     "idempotency_key was given both to using() and to the call; give it once"
                 )
             options = JobOptions(idempotency_key=key).over(options)
+        check_atomic(definition, self.storage, options.hard_timeout)
         fields = {
             "queue": self.queue(options.queue),
             "priority": options.priority or 0,
@@ -538,6 +541,7 @@ class Batch:
     ) -> Callback:
         """The callback call, checked as an enqueue would be (placeholder counts)."""
         definition, options = unpack(job)
+        check_atomic(definition, self._client.storage, options.hard_timeout)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"on_complete_args must be a sequence; got {args!r}")
         clashing = sorted(CALLBACK_KEYWORDS & set(kwargs))

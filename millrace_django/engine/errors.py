@@ -140,3 +140,9 @@ def describe_duration(span: timedelta) -> str:
     seconds = span.total_seconds()
     text = f"{seconds:.3f}".rstrip("0").rstrip(".")
     return f"{text} second" if text == "1" else f"{text} seconds"
+
+
+class AtomicJobRefused(MillraceError, TypeError):
+    """An atomic job (``@job(atomic=True)``) cannot run atomically here: its storage
+    cannot join a transaction (the memory provider), or it was given a hard timeout.
+    Nothing was written."""

@@ -219,6 +219,7 @@ class JobDefinition[**P, R](_Submits):
         options: JobOptions,
         failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
         limit_key: str | None = None,
+        atomic: bool = False,
     ) -> None:
         self.fn = fn
         self.target = _target_of(fn)
@@ -233,6 +234,9 @@ class JobDefinition[**P, R](_Submits):
         self.limit_key = _check_limit_key(self.target, self.signature, options, limit_key)
         """The argument whose value keys the function's limits (one scope per value)."""
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.atomic = _check_atomic(self.target, self.is_async, options, atomic)
+        """Whether each attempt runs in a transaction on the storage's database that
+        also writes its success (see docs/exactly-once.md)."""
         self._shapes: dict[tuple[int, tuple[str, ...]], CallShape] = {}
         """Call shapes known to fit :attr:`signature` (see :meth:`call_shape`)."""
         functools.update_wrapper(self, fn)
@@ -357,6 +361,7 @@ def job[**P, R](
     rate: Rate | str | None = None,
     limit_key: str | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+    atomic: bool = False,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 
 
@@ -376,6 +381,7 @@ def job[**P, R](
     rate: Rate | str | None = None,
     limit_key: str | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+    atomic: bool = False,
 ) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
     """Register a module-level function (sync or async) as a job.
 
@@ -389,7 +395,10 @@ def job[**P, R](
     function's jobs across every worker, per value of the argument ``limit_key`` when
     given (see docs/flow-control.md). ``failure_observers`` are jobs enqueued with the
     dead job's id (a ``str``) as their only argument, in the same transition that
-    declares this job dead.
+    declares this job dead. With ``atomic``, each attempt runs in a transaction on the
+    storage's database that also writes the job's success: its writes there commit with
+    its ``succeeded``, fenced, or not at all (sync functions without ``hard_timeout``
+    only; see docs/exactly-once.md).
     """
     options = JobOptions(
         queue=queue,
@@ -410,6 +419,7 @@ def job[**P, R](
             options=options,
             failure_observers=failure_observers,
             limit_key=limit_key,
+            atomic=atomic,
         )
         with _lock:
             _registry[definition.target] = definition
@@ -544,6 +554,25 @@ def _check_limit_key(
             f"{target}: limit_key={key!r} keys no limit; give concurrency= or rate= too"
         )
     return key
+
+
+def _check_atomic(target: str, is_async: bool, options: JobOptions, atomic: object) -> bool:
+    """Refuse ``atomic`` where the job's writes could not join the transaction: an
+    async function's database calls run on other threads (other connections), and a
+    hard timeout runs the function in a child process."""
+    if type(atomic) is not bool:
+        raise TypeError(f"{target}: atomic must be True or False; got {atomic!r}")
+    if atomic and is_async:
+        raise InvalidJobDefinition(
+            f"{target}: atomic=True needs a plain (sync) function; an async one's "
+            "database calls run on other threads, outside the job's transaction"
+        )
+    if atomic and options.hard_timeout is not None:
+        raise InvalidJobDefinition(
+            f"{target}: atomic=True cannot go with hard_timeout: the function would run "
+            "in a child process, outside the job's transaction"
+        )
+    return atomic
 
 
 def _check_name(what: str, value: str | None) -> None:

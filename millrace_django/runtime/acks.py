@@ -17,6 +17,10 @@ finished job's lease for one more lease at most, while its completion waits to b
 written, so a failing write cannot keep a claim alive forever.)
 A give-back (``JobTransition.unstarted``) is never retried: the call may have committed
 it, and this worker's next claim of the job reuses its ``(worker, attempt)`` fence.
+
+An atomic job's success bypasses the batches: it is applied in the job's own
+transaction, one savepoint and one commit per job (:meth:`Acknowledger.written` only
+reports it).
 """
 
 from __future__ import annotations
@@ -123,6 +127,13 @@ class Acknowledger:
         if late:
             with self._around_turn():
                 self.flush(retry=False)
+
+    def written(self, execution: Execution, transition: JobTransition | None, result: bool) -> None:
+        """Report a finished attempt whose transition its own transaction already
+        applied (an atomic job's success, see :mod:`~millrace_django.runtime.execution`):
+        nothing is queued or written here, and no batch waits for it."""
+        self._report(execution, transition, result)
+        self._on_acknowledged([(execution, transition, result)])
 
     def close(self) -> None:
         """Try once more to write everything still queued (given up if that fails),

@@ -3,25 +3,36 @@
 The worker (on its threads) and the test runner (on the caller's thread) both call
 :func:`run_claimed`, so a job ends the same way under both: the engine's outcome rules
 decide, this module only sequences them.
+
+An atomic job (``@job(atomic=True)``) runs inside a transaction of its storage, and its
+success is applied in that same transaction, last: the job's writes on that database
+and its ``succeeded`` commit together, or, when the fence is lost (another worker owns
+the job now), neither does. The fence is checked at the end only, so the job row is not
+locked while the function runs and the heartbeat renews the lease meanwhile, on its own
+connection. Any other ending (a failure, a retry, a cancellation) rolls the job's
+writes back and is written the usual way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 from uuid import UUID
 
 from millrace_django.clock import Clock
 from millrace_django.contract import (
     JobLogLine,
     JobRecord,
+    JobState,
     JobStorage,
     JobTransition,
     ProgressReport,
     WorkflowInstanceRecord,
 )
+from millrace_django.contract.transactions import JoinableTransactions
 from millrace_django.engine import (
     EngineConfig,
     JobContext,
@@ -32,6 +43,7 @@ from millrace_django.engine import (
     prepare,
     run_handler_async,
 )
+from millrace_django.engine.atomic import atomic_refusal
 from millrace_django.engine.outcomes import Observers
 from millrace_django.errors import ConcurrencyConflict, StorageError
 from millrace_django.observability.telemetry import Observed
@@ -50,6 +62,10 @@ class Outcome:
 
     transition: JobTransition | None
     error: BaseException | None = None
+    written: bool | None = None
+    """``None``: the caller writes :attr:`transition`. Otherwise an atomic job's own
+    transaction applied it, and this is what the fence said: ``True``, committed with
+    the job's writes; ``False``, lost, and everything the attempt wrote rolled back."""
 
 
 def run_claimed(
@@ -79,14 +95,24 @@ def run_claimed(
         started = _start(job, context, clock=clock, config=config)
         if isinstance(started, Outcome):
             return _seen(observed, started)
-        error: BaseException | None = None
-        result: object = None
-        try:
-            result = run_attempt(job, started, context, loop=loop)
-        except BaseException as raised:  # the job's failure, whatever it is (see above)
-            error = raised
-        outcome = _end(job, context, started, error, result, clock=clock, config=config)
-        return _seen(observed, outcome)
+        prepared = started
+
+        def attempt() -> Outcome:
+            error: BaseException | None = None
+            result: object = None
+            try:
+                result = run_attempt(job, prepared, context, loop=loop)
+            except BaseException as raised:  # the job's failure, whatever it is (see above)
+                error = raised
+            outcome = _end(job, context, prepared, error, result, clock=clock, config=config)
+            return _carried(observed, outcome)
+
+        if prepared.definition.atomic:
+            outcome = _atomically(job, context, attempt, clock=clock, config=config)
+        else:
+            outcome = attempt()
+        observed.end(outcome.transition, outcome.error)
+        return outcome
 
 
 async def run_claimed_async(
@@ -129,11 +155,82 @@ def _ends_the_awaiting_task(error: BaseException) -> bool:
 
 def _seen(observed: Observed, outcome: Outcome) -> Outcome:
     """``outcome``, its new jobs continuing the attempt's trace, recorded as its end."""
+    outcome = _carried(observed, outcome)
+    observed.end(outcome.transition, outcome.error)
+    return outcome
+
+
+def _carried(observed: Observed, outcome: Outcome) -> Outcome:
+    """``outcome``, its new jobs continuing the attempt's trace."""
     transition = observed.carry(outcome.transition)
     if transition is not outcome.transition:
         outcome = Outcome(transition, outcome.error)
-    observed.end(outcome.transition, outcome.error)
     return outcome
+
+
+class _RolledBack(Exception):
+    """Leaves an atomic job's transaction, rolling it back, with the attempt's outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__("rolled back")
+        self.outcome = outcome
+
+
+def _atomically(
+    job: JobRecord,
+    context: JobContext,
+    attempt: Callable[[], Outcome],
+    *,
+    clock: Clock,
+    config: EngineConfig,
+) -> Outcome:
+    """Run an atomic job's ``attempt`` in a transaction of its storage, applying a
+    success in that transaction, after the progress it buffered; anything else rolls
+    back. A success whose fence was lost comes back ``written=False``; one whose
+    workflow checkpoint still conflicts after its re-merges is released (to run again,
+    as its writes were undone). A success that cannot be written or committed (the
+    job left its transaction broken, a deferred constraint failed at commit, the
+    connection dropped) is the attempt's failure: its writes are gone, or, if the
+    commit did land, the failure's fence is lost. A transaction that cannot even begin
+    raises: the job did not run, and its lease will lapse."""
+    storage = cast("JobStorage", context.storage)  # one that joins (refused in _start)
+    transactions = cast("JoinableTransactions", storage)
+    ran = False
+    try:
+        with transactions.transaction():
+            ran = True
+            outcome = attempt()
+            transition = outcome.transition
+            if transition is None or transition.target is not JobState.SUCCEEDED:
+                raise _RolledBack(outcome)
+            flush_progress(storage, job, context)
+            transition, written = _apply_success(storage, job, context, transition)
+            if written is False:
+                raise _RolledBack(Outcome(transition, written=False))
+            if written is not True or transition.target is not JobState.SUCCEEDED:
+                raise _RolledBack(Outcome(outcomes.released(job)))
+        return Outcome(transition, written=True)
+    except _RolledBack as rolled_back:
+        return rolled_back.outcome
+    except Exception as error:
+        if not ran:
+            raise
+        logger.warning("job %s: its success could not be committed", job.id, exc_info=True)
+        failure = outcomes.failed(
+            job, error, clock=clock, config=config, observers=observers_of(job)
+        )
+        return Outcome(failure, error)
+
+
+def _apply_success(
+    storage: JobStorage, job: JobRecord, context: JobContext, transition: JobTransition
+) -> tuple[JobTransition, bool | StorageError]:
+    """Apply an atomic job's success inside its transaction (a savepoint of it),
+    re-merging a workflow checkpoint that lost its revision race."""
+    try:
+        return transition, storage.apply(transition)
+    except ConcurrencyConflict as conflict:
+        return remerge(storage, job, context, transition, conflict)
 
 
 def _start(
@@ -151,6 +248,10 @@ def _start(
         return Outcome(verdict)
     if context.cancel_reason is not None:
         return Outcome(cancellation_outcome(job, context, clock=clock, config=config))
+    refusal = atomic_refusal(prepared.definition, context.storage, job.hard_timeout)
+    if refusal is not None:  # stored by a process that could not tell (see engine.atomic)
+        dead = outcomes.unrunnable(job, refusal, clock=clock, config=config, observers=observers)
+        return Outcome(dead, refusal)
     return prepared
 
 

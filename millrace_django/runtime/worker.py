@@ -551,6 +551,9 @@ class Worker:
             return False
         if outcome is not None:
             log_attempt_end(logger, job, outcome.transition, outcome.error)
+        if outcome is not None and outcome.written is not None:
+            self._acks.written(execution, outcome.transition, outcome.written)
+            return True
         self._acks.submit(
             execution,
             outcome.transition if outcome is not None else None,

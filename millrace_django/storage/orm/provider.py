@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -10,7 +11,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import connections, transaction
 
 from millrace_django.clock import Clock, SystemClock
 from millrace_django.contract import (
@@ -140,6 +141,12 @@ class DjangoStorage:
 
     def apply_many(self, transitions: Sequence[JobTransition]) -> list[bool | StorageError]:
         return self._jobs.apply_many(transitions)
+
+    def transaction(self) -> AbstractContextManager[object]:
+        """``transaction.atomic`` on this storage's alias, for atomic jobs (see
+        :class:`~millrace_django.contract.transactions.JoinableTransactions`): this
+        storage's calls on the same thread inside it run in savepoints of it."""
+        return transaction.atomic(using=self.alias)
 
     def report_progress(self, report: ProgressReport) -> bool:
         return self._jobs.report_progress(report)

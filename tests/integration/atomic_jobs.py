@@ -1,0 +1,52 @@
+"""Atomic jobs for the tests: each adds one to a counter row on the database it is given
+(the storage's alias), in the job's own transaction. The counter table is created by
+:func:`counter_table`, outside the migrations, on whichever test database needs it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from django.db import connections
+
+from millrace_django import job
+
+TABLE = "millrace_test_counter"
+
+during_job: Callable[[], None] | None = None
+"""Called by :func:`bump` between its write and its return (a test's interference)."""
+
+
+@job(atomic=True)
+def bump(alias: str, name: str, fail: bool = False) -> None:
+    """``UPDATE counter SET n = n + 1``, then raise if told to."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"UPDATE {TABLE} SET n = n + 1 WHERE name = %s", [name])
+    if during_job is not None:
+        during_job()
+    if fail:
+        raise RuntimeError("the job failed after its write")
+
+
+@contextmanager
+def counter_table(alias: str, name: str) -> Iterator[None]:
+    """A counter row ``name`` at 0 for the block (the table made if missing)."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {TABLE} (name VARCHAR(50) PRIMARY KEY, n INTEGER NOT NULL)"
+        )
+        cursor.execute(f"DELETE FROM {TABLE} WHERE name = %s", [name])
+        cursor.execute(f"INSERT INTO {TABLE} (name, n) VALUES (%s, 0)", [name])
+    try:
+        yield
+    finally:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"DELETE FROM {TABLE} WHERE name = %s", [name])
+
+
+def count(alias: str, name: str) -> int:
+    """The counter's committed value, as another connection would read it."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"SELECT n FROM {TABLE} WHERE name = %s", [name])
+        (value,) = cursor.fetchone()
+    return int(value)

@@ -1,0 +1,158 @@
+"""Atomic jobs on real databases: the job's writes commit with its fenced success, or
+not at all.
+
+Each test claims a job of :func:`~tests.integration.atomic_jobs.bump` (one ``UPDATE``
+of a counter row on the storage's database) and runs it the way a worker does
+(:func:`~millrace_django.runtime.run_claimed`), on SQLite (the default alias) and on
+the PostgreSQL and MariaDB test servers when configured. A worker fenced off while the
+job ran is simulated by a second worker claiming the job after its lease ended, before
+the job starts or, on the servers, while it runs (SQLite's single writer lets no one
+claim while the job's transaction is open).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+from millrace_django.clock import FakeClock
+from millrace_django.contract import ClaimRequest, JobRecord, JobState
+from millrace_django.engine import EngineSettings, JobClient, JobContext, Retry
+from millrace_django.models import Job
+from millrace_django.runtime import run_claimed
+from millrace_django.runtime.execution import Outcome
+from millrace_django.storage.orm import DjangoStorage
+from tests.integration import atomic_jobs
+
+ALIASES = [alias for alias in ("default", "postgres", "mariadb") if alias in settings.DATABASES]
+SERVERS = [alias for alias in ALIASES if alias != "default"]
+pytestmark = pytest.mark.django_db(transaction=True, databases=ALIASES)
+
+LEASE = timedelta(seconds=30)
+COUNTER = "atomic"
+
+
+@pytest.fixture(params=ALIASES)
+def alias(request: pytest.FixtureRequest) -> Iterator[str]:
+    with atomic_jobs.counter_table(request.param, COUNTER):
+        yield request.param
+    Job.objects.using(request.param).all().delete()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def client_on(alias: str, clock: FakeClock) -> JobClient:
+    config = EngineSettings(queues=frozenset({"default"}), default_retry=Retry.none())
+    return JobClient(DjangoStorage(alias, clock), clock, config)
+
+
+def claim(client: JobClient, worker: str) -> JobRecord:
+    request = ClaimRequest(
+        worker_id=worker, queues=frozenset({"default"}), max_count=1, lease=LEASE
+    )
+    (claimed,) = client.storage.claim(request)
+    return claimed
+
+
+def run(client: JobClient, claimed: JobRecord) -> Outcome:
+    context = JobContext.for_job(claimed, client.clock, storage=client.storage)
+    return run_claimed(claimed, context, clock=client.clock, config=client.config)
+
+
+def stored(client: JobClient, claimed: JobRecord) -> JobRecord:
+    record = client.storage.get_job(claimed.id)
+    assert record is not None
+    return record
+
+
+def test_an_atomic_jobs_write_commits_with_its_success(alias: str, clock: FakeClock) -> None:
+    client = client_on(alias, clock)
+    client.enqueue(atomic_jobs.bump, alias, COUNTER)
+    claimed = claim(client, "a")
+
+    outcome = run(client, claimed)
+
+    assert outcome.written is True  # applied in the job's transaction, not by the caller
+    assert outcome.transition is not None and outcome.transition.target is JobState.SUCCEEDED
+    assert atomic_jobs.count(alias, COUNTER) == 1
+    assert stored(client, claimed).state is JobState.SUCCEEDED
+
+
+def test_an_atomic_job_fenced_off_before_it_ran_leaves_no_write_behind(
+    alias: str, clock: FakeClock
+) -> None:
+    client = client_on(alias, clock)
+    client.enqueue(atomic_jobs.bump, alias, COUNTER)
+    first = claim(client, "a")
+    clock.advance(LEASE + timedelta(seconds=1))  # worker a stalled past its lease...
+    second = claim(client, "b")  # ...and b took the job over
+
+    stale = run(client, first)
+
+    assert stale.written is False
+    assert atomic_jobs.count(alias, COUNTER) == 0
+    assert stored(client, first).worker_id == "b"
+    assert run(client, second).written is True
+    assert atomic_jobs.count(alias, COUNTER) == 1
+    assert stored(client, second).state is JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_atomic_job_fenced_off_while_it_runs_leaves_no_write_behind(
+    server: str, clock: FakeClock
+) -> None:
+    with atomic_jobs.counter_table(server, COUNTER):
+        client = client_on(server, clock)
+        client.enqueue(atomic_jobs.bump, server, COUNTER)
+        first = claim(client, "a")
+        taken: list[JobRecord] = []
+
+        def steal() -> None:  # another worker, on its own connection, after the lease
+            try:
+                taken.append(claim(client, "b"))
+            finally:
+                connections[server].close()
+
+        def interfere() -> None:
+            clock.advance(LEASE + timedelta(seconds=1))
+            thief = threading.Thread(target=steal)
+            thief.start()
+            thief.join(10)
+
+        atomic_jobs.during_job = interfere
+        try:
+            stale = run(client, first)  # wrote, then lost its claim before returning
+        finally:
+            atomic_jobs.during_job = None
+
+        assert [job.worker_id for job in taken] == ["b"]  # the job row was not locked
+        assert stale.written is False
+        assert atomic_jobs.count(server, COUNTER) == 0
+        assert run(client, taken[0]).written is True
+        assert atomic_jobs.count(server, COUNTER) == 1
+        Job.objects.using(server).all().delete()
+
+
+def test_a_failing_atomic_job_rolls_its_write_back_and_fails_the_usual_way(
+    alias: str, clock: FakeClock
+) -> None:
+    client = client_on(alias, clock)
+    client.enqueue(atomic_jobs.bump, alias, COUNTER, fail=True)
+    claimed = claim(client, "a")
+
+    outcome = run(client, claimed)
+
+    assert outcome.written is None  # the caller writes the failure, as for any job
+    assert outcome.transition is not None and outcome.transition.target is JobState.DEAD
+    assert isinstance(outcome.error, RuntimeError)
+    assert atomic_jobs.count(alias, COUNTER) == 0
+    assert client.storage.apply(outcome.transition)
+    assert stored(client, claimed).state is JobState.DEAD
