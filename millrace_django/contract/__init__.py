@@ -95,6 +95,7 @@ from millrace_django.contract.states import (
     JobState,
     can_transition,
 )
+from millrace_django.contract.tags import MAX_TAG_LENGTH, MAX_TAGS, tag_of, tags_of
 from millrace_django.errors import (
     ConcurrencyConflict,
     DuplicateJobId,
@@ -115,6 +116,8 @@ __all__ = [
     "LOG_LINE_CAP",
     "MAX_PAGE_SIZE",
     "MAX_RATE_COUNT",
+    "MAX_TAGS",
+    "MAX_TAG_LENGTH",
     "PRE_ACTIVE_JOB_STATES",
     "TERMINAL_INSTANCE_STATES",
     "TERMINAL_JOB_STATES",
@@ -189,6 +192,8 @@ __all__ = [
     "outcome_of",
     "queue_scope",
     "running_by_scope",
+    "tag_of",
+    "tags_of",
     "throughput_window",
     "transition_problem",
     "usage_by_scope",

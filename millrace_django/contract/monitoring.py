@@ -124,6 +124,9 @@ class JobQuery:
     target_contains: str | None = None
     """Case-insensitive (ASCII letters at least) substring of the target; blank: none.
     No ordinary index serves it: see docs/dashboard.md for PostgreSQL's trigram index."""
+    tag: str | None = None
+    """Jobs carrying this tag, read through an index of the tags alone: a page costs the
+    tag's jobs, however many other jobs there are."""
     cursor: str | None = None
     limit: int = DEFAULT_PAGE_SIZE
 
@@ -235,6 +238,8 @@ class JobDetails:
     (:func:`~millrace_django.contract.expired_reason`) in ``last_error``."""
     hard_timeout: timedelta | None = None
     """The limit at which each attempt's child process is killed."""
+    tags: tuple[str, ...] = ()
+    """The job's tags, sorted."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -151,6 +151,9 @@ class JobRecord(_BuiltFromValues):
     expires_at: datetime | None = None
     limits: tuple[Limit, ...] = ()
     """Flow-control limits on this job's starts (see :mod:`.limits`), resolved at enqueue."""
+    tags: tuple[str, ...] = ()
+    """Labels to find the job by (see :mod:`.tags`), sorted; read back by ``get_job``
+    (the records a claim returns may leave them out)."""
     """The job's deadline: no execution starts at or after it (see
     :meth:`~millrace_django.contract.JobStorage.expire_due`)."""
 

@@ -17,16 +17,27 @@ from django import forms
 from django.http import QueryDict
 
 from millrace_django.contract import (
+    MAX_TAG_LENGTH,
     InstanceQuery,
     InstanceState,
     JobQuery,
     JobState,
     RecurringQuery,
     TenantFilter,
+    tag_of,
 )
 
 TARGET_SEARCH = "target_contains" in {f.name for f in fields(JobQuery)}
 """Whether the read model can search job targets (``JobQuery.target_contains``)."""
+
+
+def tag_validator(value: str) -> None:
+    """A form field's check that ``value`` is a well-formed tag (the message says why
+    not)."""
+    try:
+        tag_of(value)
+    except ValueError as error:
+        raise forms.ValidationError(str(error)) from None
 
 
 class _Unqueried:
@@ -118,6 +129,12 @@ class JobFilter(ReadModelFilterSet):
             help_text="any letter case; reads every job unless indexed (see the docs)",
             max_length=500,
         )
+    tag = django_filters.CharFilter(
+        label="Tag",
+        help_text="exact tag; read through the tags' index",
+        max_length=MAX_TAG_LENGTH,
+        validators=[tag_validator],
+    )
 
     def query(self, *, cursor: str | None, limit: int) -> JobQuery:
         values = self.values
@@ -126,6 +143,8 @@ class JobFilter(ReadModelFilterSet):
             extra["target_prefix"] = values["target"]
         if TARGET_SEARCH and values.get("target_contains"):
             extra["target_contains"] = values["target_contains"]
+        if values.get("tag"):
+            extra["tag"] = values["tag"]
         return JobQuery(
             states=frozenset(JobState(s) for s in values.get("state") or ()),
             queue=values.get("queue") or None,

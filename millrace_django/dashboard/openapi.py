@@ -18,7 +18,12 @@ from millrace_django.contract import (
     OverlapPolicy,
     RetryKind,
 )
-from millrace_django.dashboard.actions import InstanceAction, JobAction, QueueAction
+from millrace_django.dashboard.actions import (
+    InstanceAction,
+    JobAction,
+    QueueAction,
+    RecurringAction,
+)
 
 type Schema = dict[str, Any]
 
@@ -128,6 +133,11 @@ JOB_DETAILS: Schema = {
                 "parentId": _nullable(UUID_SCHEMA),
                 "requeuedFrom": _nullable(UUID_SCHEMA),
                 "recurringId": _nullable(STRING),
+                "tags": {
+                    "type": "array",
+                    "items": STRING,
+                    "description": "the job's tags, sorted (from @job(tags=...) or using())",
+                },
                 "expiresAt": {
                     **_nullable(INSTANT),
                     "description": "the deadline: no execution starts at or after it; a job "
@@ -195,6 +205,10 @@ SCHEMAS: Schema = {
             "lastSkipTime": {
                 **_nullable(INSTANT),
                 "description": "the occurrence overlap 'skip' last dropped",
+            },
+            "enabled": {
+                "type": "boolean",
+                "description": "false while an operator has it disabled: it does not fire",
             },
             "createdAt": INSTANT,
             "updatedAt": INSTANT,
@@ -447,6 +461,12 @@ PATHS: Schema = {
                 "text the target contains, in any letter case (reads every job unless indexed)",
                 STRING,
             ),
+            _query(
+                "tag",
+                "jobs carrying this tag (1-64 letters, digits, _ - . :; read through the tags' "
+                "index); a malformed tag is a 400",
+                STRING,
+            ),
             *TENANT,
             *CREATED,
             *PAGING,
@@ -461,7 +481,8 @@ PATHS: Schema = {
     },
     "/jobs/{id}/{action}": {
         **_post(
-            "cancel (unfinished jobs), run-now (failed jobs awaiting a retry), requeue "
+            "cancel (unfinished jobs), run-now (scheduled jobs, failed jobs awaiting a retry), "
+            "requeue "
             "(finished jobs: a new job is minted) or delete (finished jobs, with their "
             "history)",
             {
@@ -512,6 +533,43 @@ PATHS: Schema = {
         **_post(
             "Enqueue one extra occurrence now (the schedule does not move)",
             {"200": _json(_ref("Done"), "enqueued"), "400": BAD_NAME},
+        ),
+        "parameters": [_path("id", STRING, f"the definition's id, {NAME_IN_PATH}")],
+    },
+    "/recurring/{id}/{action}": {
+        **_post(
+            "trigger (one extra occurrence now), disable (no fire until enabled; occurrences "
+            "missed meanwhile are dropped), enable (fires next at its first occurrence after "
+            "now) or delete (the jobs it fired are kept)",
+            {"200": _json(_ref("Done"), "done"), "400": BAD_NAME},
+        ),
+        "parameters": [
+            _path("id", STRING, f"the definition's id, {NAME_IN_PATH}"),
+            _path("action", {"enum": [a.value for a in RecurringAction]}),
+        ],
+    },
+    "/recurring/{id}/edit": {
+        **_post(
+            "Change the cron, time zone or arguments (args/kwargs, given either, replace the "
+            "stored arguments whole); a changed schedule fires next after now. A refusal "
+            "names the field in errors and changes nothing",
+            {
+                "200": _json(_ref("Done"), "saved"),
+                "400": _problem("a bad body, cron, time zone or arguments (errors per field)"),
+            },
+            _json(
+                _object(
+                    {
+                        "cron": STRING,
+                        "timezone": {**STRING, "description": "an IANA name such as 'UTC'"},
+                        "args": {"type": "array"},
+                        "kwargs": {"type": "object"},
+                    },
+                    [],
+                ),
+                "the fields to change (at least one)",
+            )
+            | {"required": True},
         ),
         "parameters": [_path("id", STRING, f"the definition's id, {NAME_IN_PATH}")],
     },

@@ -102,6 +102,7 @@ def job_details(details: JobDetails) -> dict[str, Any]:
         "parentId": uid(details.parent_id),
         "requeuedFrom": uid(details.requeued_from),
         "recurringId": details.recurring_id,
+        "tags": list(details.tags),
         "expiresAt": instant(details.expires_at),
         "lastError": details.last_error,
         "result": details.result,

@@ -328,7 +328,7 @@ class JobClient:
         """Run a finished job again as a new job, linked by ``requeued_from``.
 
         The copy keeps queue, priority, arguments, retry, timeouts, idempotency key,
-        tenant and recurring id; it drops the continuation parent, the workflow links
+        tenant, tags and recurring id; it drops the continuation parent, the workflow links
         and the deadline (the operator asks for a run now).
         Only succeeded, dead or cancelled jobs qualify (``failed`` is refused: its own
         retry is still pending, and both would run). ``None`` for an unknown id.
@@ -351,6 +351,7 @@ class JobClient:
             idempotency_key=original.idempotency_key,
             tenant_id=original.tenant_id,
             limits=original.limits,
+            tags=original.tags,
             requeued_from=original.id,
             recurring_id=original.recurring_id,
         )
@@ -418,6 +419,7 @@ class JobClient:
             "timeout": options.timeout,
             "hard_timeout": options.hard_timeout,
             "idempotency_key": options.idempotency_key,
+            "tags": options.tags or (),
         }
         queue = self.queue(options.queue)
         fields["limits"] = job_limits(definition, options, queue, self.config.queue_limits)

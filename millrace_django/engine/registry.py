@@ -26,7 +26,7 @@ from uuid import UUID
 
 from asgiref.sync import sync_to_async
 
-from millrace_django.contract import Rate, RetrySpec
+from millrace_django.contract import Rate, RetrySpec, tags_of
 from millrace_django.engine import current
 from millrace_django.engine.errors import InvalidJobDefinition
 from millrace_django.engine.expiry import Expiry, expiry_of
@@ -86,6 +86,9 @@ class JobOptions:
     across every worker."""
     rate: Rate | None = None
     """At most this many starts of the function's jobs (per key, if keyed) per period."""
+    tags: tuple[str, ...] | None = None
+    """Labels stored with each job (see :mod:`millrace_django.contract.tags`); tags given
+    to ``using`` replace the decoration's."""
 
     def __post_init__(self) -> None:
         _check_name("queue", self.queue)
@@ -110,6 +113,8 @@ class JobOptions:
                 object.__setattr__(self, option, exception_classes(option, value))
         concurrency_of(self.concurrency)
         object.__setattr__(self, "rate", rate_of(self.rate))
+        if self.tags is not None:
+            object.__setattr__(self, "tags", tags_of(self.tags))
 
     def retry_policy(self, default: RetrySpec) -> RetrySpec:
         """The policy a job with these options stores: ``retry`` (else ``default``) with
@@ -284,7 +289,7 @@ class JobDefinition[**P, R](_Submits):
     def using(self, **options: Any) -> ConfiguredJob:
         """This job with options for the next enqueue (``queue``, ``priority``, ``retry``,
         ``timeout``, ``idempotency_key``, ``hard_timeout``, ``retry_on``, ``give_up_on``,
-        ``expires``, ``concurrency``, ``rate``);
+        ``expires``, ``concurrency``, ``rate``, ``tags``);
         the definition is unchanged."""
         return ConfiguredJob(self, JobOptions()).using(**options)
 
@@ -310,6 +315,7 @@ class ConfiguredJob(_Submits):
         expires: Expiry | float | None = None,
         concurrency: int | None = None,
         rate: Rate | str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> ConfiguredJob:
         more = JobOptions(
             queue=queue,
@@ -323,6 +329,7 @@ class ConfiguredJob(_Submits):
             expires=expires,  # type: ignore[arg-type]  # (seconds: made a timedelta)
             concurrency=concurrency,
             rate=rate,  # type: ignore[arg-type]  # (text: parsed)
+            tags=tags,  # type: ignore[arg-type]  # (any sequence: made a sorted tuple)
         )
         return ConfiguredJob(self.definition, more.over(self.options))
 
@@ -361,6 +368,7 @@ def job[**P, R](
     rate: Rate | str | None = None,
     limit_key: str | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+    tags: Sequence[str] | None = None,
     atomic: bool = False,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
 
@@ -381,6 +389,7 @@ def job[**P, R](
     rate: Rate | str | None = None,
     limit_key: str | None = None,
     failure_observers: Sequence[JobDefinition[..., Any] | str] = (),
+    tags: Sequence[str] | None = None,
     atomic: bool = False,
 ) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
     """Register a module-level function (sync or async) as a job.
@@ -395,10 +404,11 @@ def job[**P, R](
     function's jobs across every worker, per value of the argument ``limit_key`` when
     given (see docs/flow-control.md). ``failure_observers`` are jobs enqueued with the
     dead job's id (a ``str``) as their only argument, in the same transition that
-    declares this job dead. With ``atomic``, each attempt runs in a transaction on the
-    storage's database that also writes the job's success: its writes there commit with
-    its ``succeeded``, fenced, or not at all (sync functions without ``hard_timeout``
-    only; see docs/exactly-once.md).
+    declares this job dead. ``tags`` (a few short labels) are stored with each job,
+    to filter the dashboard's job list by and to group its catalog. With ``atomic``,
+    each attempt runs in a transaction on the storage's database that also writes the
+    job's success: its writes there commit with its ``succeeded``, fenced, or not at all
+    (sync functions without ``hard_timeout`` only; see docs/exactly-once.md).
     """
     options = JobOptions(
         queue=queue,
@@ -411,6 +421,7 @@ def job[**P, R](
         expires=None if expires is None else expiry_of(expires, instant_allowed=False),
         concurrency=concurrency,
         rate=rate,  # type: ignore[arg-type]  # (text: parsed)
+        tags=tags,  # type: ignore[arg-type]  # (any sequence: made a sorted tuple)
     )
 
     def decorate(function: Callable[P, R]) -> JobDefinition[P, R]:

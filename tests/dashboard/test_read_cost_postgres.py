@@ -124,11 +124,11 @@ def finish_jobs(runner: JobRunner, count: int) -> None:
         clock.advance(timedelta(seconds=1))
 
 
-def costs(client: Client) -> dict[str, list[StatementCost]]:
+def costs(client: Client, paths: list[str] = PATHS) -> dict[str, list[StatementCost]]:
     with connections["postgres"].cursor() as cursor:
         cursor.execute("ANALYZE")
     measured = {}
-    for path in PATHS:
+    for path in paths:
 
         def get(path: str = path) -> None:
             response = client.get(BASE + path if not path.startswith(API) else path)

@@ -18,6 +18,7 @@ def _compose() -> type:
         MaintainedCountFacts,
         StatisticsFacts,
     )
+    from millrace_django.conformance.monitoring.tags import TagFacts
     from millrace_django.conformance.monitoring.throughput import (
         TargetSearchFacts,
         ThroughputFacts,
@@ -32,6 +33,7 @@ def _compose() -> type:
         InstanceQueryFacts,
         ThroughputFacts,
         TargetSearchFacts,
+        TagFacts,
     ):
         """Every fact a :class:`~millrace_django.contract.MonitoringStorage` must hold."""
 

@@ -161,6 +161,7 @@ class MemoryMonitoring:
                 and _in_created_range(job.created_at, query.created_after, query.created_before)
                 and (not needle or needle in job.invocation.target.casefold())
                 and job.invocation.target.startswith(query.target_prefix or "")
+                and (query.tag is None or query.tag in job.tags)
             ]
             return _newest_first_page(
                 rows, _job_key, query.cursor, query.limit, lambda job: summarize_job(job, tables)
@@ -247,6 +248,7 @@ class MemoryMonitoring:
             continuations=continuations,
             expires_at=job.expires_at,
             hard_timeout=job.hard_timeout,
+            tags=job.tags,
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:

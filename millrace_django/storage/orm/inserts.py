@@ -31,8 +31,8 @@ from millrace_django.contract import (
 )
 from millrace_django.contract.duplicates import refusal, replaced
 from millrace_django.errors import DuplicateJobId, ParentJobNotFound, StorageError
-from millrace_django.models import JOB_STATE_CODES, JOB_STATES, job_codes
-from millrace_django.storage.orm import tallies
+from millrace_django.models import JOB_STATE_CODES, JOB_STATES, Job, job_codes
+from millrace_django.storage.orm import tags, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.rows import (
     active_scope,
@@ -54,11 +54,13 @@ _REPLACED_COLUMNS = (
 
 
 def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
-    """Insert ``jobs`` with enqueue semantics and return the effective ids positionally."""
+    """Insert ``jobs`` with enqueue semantics and return the effective ids positionally.
+    A hot path may take a batch without continuations or tags (the others need the
+    stored rows' keys)."""
     if not jobs:
         return []
     _refuse_malformed(jobs)
-    if not any(job.state is JobState.AWAITING for job in jobs):
+    if not any(job.state is JobState.AWAITING or job.tags for job in jobs):
         ids = ctx.vendor.hot_path.insert(ctx, jobs)
         if ids is not None:
             return ids
@@ -66,7 +68,7 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
     parents = _lock_parents(ctx, jobs)
     now = ctx.clock.now()
     effective: list[UUID] = []
-    inserted = []
+    inserted: list[tuple[Job, JobRecord]] = []
     for job in jobs:
         if job.state is JobState.AWAITING:
             job = _fixed_up(job, parents, now)
@@ -79,14 +81,15 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
         if scope is not None:
             holders[scope] = job.id
         parents[job.id] = job.state
-        inserted.append(job_row(job, track_scope=ctx.track_scope))
+        inserted.append((job_row(job, track_scope=ctx.track_scope), job))
         effective.append(job.id)
     try:
-        ctx.jobs().bulk_create(inserted)
+        ctx.jobs().bulk_create([row for row, _ in inserted])
     except IntegrityError as error:
         raise InsertConflict(str(error)) from error
-    ctx.tx.enqueued(row.queue for row in inserted if row.state == _ENQUEUED)
-    ended = [row for row in inserted if row.state in _TERMINAL_CODES]
+    tags.store(ctx, inserted)
+    ctx.tx.enqueued(row.queue for row, _ in inserted if row.state == _ENQUEUED)
+    ended = [row for row, _ in inserted if row.state in _TERMINAL_CODES]
     if ended:
         ctx.tx.tally(
             tallies.jobs_ended(

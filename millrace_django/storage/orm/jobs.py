@@ -32,7 +32,7 @@ from millrace_django.contract.chains import predecessors, unapplied_predecessor
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import queries, steps, tallies
+from millrace_django.storage.orm import queries, steps, tags, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
@@ -298,8 +298,11 @@ class OrmJobs:
         return self._ctx.tx.write(run_now)
 
     def get_job(self, job_id: UUID) -> JobRecord | None:
-        row = self._ctx.tx.read(lambda: self._ctx.jobs().filter(uuid=job_id).first())
-        return job_record(row) if row is not None else None
+        def read() -> JobRecord | None:
+            row = self._ctx.jobs().filter(uuid=job_id).first()
+            return None if row is None else job_record(row, tags=tags.of_job(self._ctx, row.seq))
+
+        return self._ctx.tx.read(read)
 
     def activate_due(self, now: datetime, limit: int) -> int:
         if limit <= 0:

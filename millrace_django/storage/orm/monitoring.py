@@ -64,7 +64,7 @@ from millrace_django.models import (
     job_codes,
 )
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import tallies
+from millrace_django.storage.orm import tags, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.queries import (
     created_q,
@@ -279,6 +279,10 @@ class OrmMonitoring:
         target) of it that the tallies know, each a range of ``millrace_job_finished_group``:
         a page at most, however rare the group. Past :data:`GROUP_HEADS` groups the
         filter is broad, and the state is read whole (newest first, filtered)."""
+        if query.tag is not None:
+            # The tag's jobs alone, through millrace_job_tag_once, then sorted: fewer
+            # rows than any per-state index would read past.
+            return [rows.filter(state__in=codes, seq__in=tags.carrying(self._ctx, query.tag))]
         finished = [code for code in codes if code in _FINISHED_JOBS]
         narrowed = query.queue is not None or bool(query.target_prefix)
         groups = self._finished_groups(query, finished) if finished and narrowed else None
@@ -400,6 +404,7 @@ class OrmMonitoring:
             continuations=continuations,
             expires_at=row.expires_at,
             hard_timeout=row.hard_timeout,
+            tags=self._ctx.tx.read(lambda: tags.of_job(self._ctx, row.seq)),
         )
 
     def query_recurring(self, query: RecurringQuery) -> Page[RecurringSummary]:

@@ -1,0 +1,106 @@
+"""A tag filter reads the tag's jobs alone, on PostgreSQL: no scan per state, and as
+many rows with thousands of finished untagged jobs stored as with a few.
+
+Rows read are PostgreSQL's own count of what each statement's plan read (plans.py).
+Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI, where it fails.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+from django.test import Client
+
+from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobTransition
+from millrace_django.engine.invocation import Invocation
+from millrace_django.testing import JobRunner
+from tests.conformance.django_harness import server_marks
+from tests.dashboard.test_read_cost_postgres import API, costs, finish_jobs
+
+pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL", with_default=True)
+
+TAGGED = 40
+"""Jobs carrying the tag: half finished, half waiting."""
+PATHS = [
+    "jobs/?tag=invoices",
+    "jobs/?tag=invoices&state=succeeded",
+    "jobs/?tag=invoices&state=enqueued&state=succeeded",
+    f"{API}jobs?tag=invoices",
+    f"{API}jobs?tag=invoices&state=succeeded&limit=5",
+]
+
+
+@pytest.fixture
+def runner(postgres_runner: JobRunner) -> JobRunner:
+    return postgres_runner
+
+
+def tagged_jobs(runner: JobRunner) -> None:
+    """:data:`TAGGED` jobs tagged ``invoices`` (and another tag), half of them run to
+    success as a worker would."""
+    storage, clock = runner.storage, runner.clock
+    jobs = [
+        JobRecord(
+            id=uuid4(),
+            queue="bulk-a",
+            invocation=Invocation(target="tests.dashboard.sample:send_welcome"),
+            state=JobState.ENQUEUED,
+            created_at=clock.now(),
+            tags=("invoices", "eu"),
+        )
+        for _ in range(TAGGED)
+    ]
+    storage.enqueue(jobs)
+    claimed = storage.claim(
+        ClaimRequest(
+            worker_id="bulk",
+            queues=frozenset({"bulk-a"}),
+            max_count=TAGGED // 2,
+            lease=timedelta(1),
+        )
+    )
+    storage.apply_many(
+        [
+            JobTransition(
+                job_id=job.id,
+                expected_worker_id="bulk",
+                expected_attempt=job.attempt,
+                target=JobState.SUCCEEDED,
+                failures=0,
+                finished_at=clock.now(),
+            )
+            for job in claimed
+        ]
+    )
+    clock.advance(timedelta(seconds=1))
+
+
+def tag_costs(client: Client) -> dict[str, list[int]]:
+    measured = costs(client, PATHS)
+    return {path: [cost.rows_read for cost in measured[path]] for path in PATHS}
+
+
+def test_a_tag_filter_reads_no_more_rows_when_finished_untagged_jobs_pile_up(
+    operator: Client, runner: JobRunner
+):
+    tagged_jobs(runner)
+    finish_jobs(runner, 300)
+    runner.storage.fold_statistics(1000)
+    few = tag_costs(operator)
+
+    finish_jobs(runner, 4500)
+    runner.storage.fold_statistics(10_000)
+    many = tag_costs(operator)
+
+    grown = {
+        path: (few[path], rows)
+        for path, rows in many.items()
+        if any(after > before for before, after in zip(few[path], rows, strict=True))
+    }
+    assert grown == {}
+    for path, rows in many.items():
+        # The tag's index entries and its jobs, never a state's whole index. (On the
+        # small table the planner may read all of it at once: cheaper there.)
+        assert max(rows) <= 3 * TAGGED + 1, (path, rows)
