@@ -24,6 +24,8 @@ class TagFacts(FactGroup):
     def test_a_jobs_tags_are_read_back_by_get_job_and_the_details(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
+        """A job's tags are read back, sorted, by get_job and the job details; an
+        untagged job has none."""
         tagged = enqueue(store, clock, tags=("billing", "eu"))
         plain = enqueue(store, clock)
 
@@ -38,6 +40,8 @@ class TagFacts(FactGroup):
     def test_the_tag_filter_lists_only_the_jobs_carrying_the_tag_in_every_state(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
+        """The tag filter lists the jobs carrying the tag, active and finished, newest
+        first, and no other job."""
         expected = []
         for state in (JobState.ENQUEUED, JobState.SUCCEEDED, JobState.DEAD, JobState.FAILED):
             clock.advance(timedelta(seconds=1))
@@ -52,6 +56,8 @@ class TagFacts(FactGroup):
     def test_the_tag_filter_combines_with_the_state_filter_and_pages(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
+        """The tag filter combines with the state filter, and keyset paging walks every
+        matching job once."""
         wanted = []
         for n in range(5):
             clock.advance(timedelta(seconds=1))
@@ -67,6 +73,7 @@ class TagFacts(FactGroup):
     def test_a_tag_filter_matching_no_job_gives_an_empty_page(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
+        """A tag no job carries gives an empty page without a cursor."""
         enqueue(store, clock, tags=("a",))
         page = store.monitoring.query_jobs(JobQuery(tag="b", tenant=TenantFilter.any()))
         assert page.items == [] and page.next_cursor is None
@@ -74,6 +81,7 @@ class TagFacts(FactGroup):
     def test_tags_are_stored_with_every_job_of_a_batch(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
+        """Each job of one enqueue batch is stored with its own tags."""
         jobs = [make_job(clock, tags=(f"t{n % 3}",)) for n in range(9)]
         store.jobs.enqueue(jobs)
 
