@@ -344,9 +344,9 @@ def new_storage() -> Any:
 
 
 def empty_tables() -> None:
-    from millrace_django.models import Job, JobAttempt, JobLog
+    from millrace_django.models import Job, JobAttempt, JobLog, JobTag
 
-    tables = ", ".join(m._meta.db_table for m in (JobAttempt, JobLog, Job))
+    tables = ", ".join(m._meta.db_table for m in (JobAttempt, JobLog, JobTag, Job))
     cursor_execute(f"TRUNCATE {tables} RESTART IDENTITY")
 
 

@@ -216,7 +216,7 @@ def settings_with(claim_batch: int | None = None, concurrency: int | None = None
 
 
 def empty_tables() -> None:
-    sql("TRUNCATE millrace_job, millrace_job_attempt, millrace_job_log")
+    sql("TRUNCATE millrace_job, millrace_job_attempt, millrace_job_log, millrace_job_tag")
 
 
 def seed(store: Any, count: int, *, analyze: bool = True) -> None:

@@ -106,7 +106,7 @@ def configuration(claim_batch: int | None, concurrency: int | None) -> Any:
 
 def empty_tables() -> None:
     sql(
-        "TRUNCATE millrace_job, millrace_job_attempt, millrace_job_log, "
+        "TRUNCATE millrace_job, millrace_job_attempt, millrace_job_log, millrace_job_tag, "
         "millrace_workflow_instance, millrace_bookmark"
     )
 

@@ -41,7 +41,9 @@ RECURRING_SETTINGS = {
     "default": {},
     "best": {"SCHEDULER_INTERVAL": 0.1},
 }
-TABLES = "millrace_job, millrace_job_attempt, millrace_job_log, millrace_recurring"
+TABLES = (
+    "millrace_job, millrace_job_attempt, millrace_job_log, millrace_job_tag, millrace_recurring"
+)
 UNFINISHED = "SELECT " + " + ".join(
     f"(SELECT count(*) FROM millrace_job WHERE state IN ({', '.join(map(str, codes))}))"
     for codes in (

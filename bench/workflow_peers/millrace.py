@@ -36,8 +36,8 @@ DEFINITIONS = {
     "signal": flows.SIGNAL_ROUND_TRIP,
 }
 TABLES = (
-    "millrace_job, millrace_job_attempt, millrace_job_log, millrace_workflow_instance, "
-    "millrace_bookmark"
+    "millrace_job, millrace_job_attempt, millrace_job_log, millrace_job_tag, "
+    "millrace_workflow_instance, millrace_bookmark"
 )
 
 
