@@ -1,13 +1,16 @@
-"""What a running job can see and say: its identity, its cancellation, progress and logs.
+"""What a running job can see and say: its identity, its cancellation, progress, logs
+and checkpoint.
 
 The worker builds one per execution and fires ``cancelled`` on a cancel request, a
 timeout, a lost lease or shutdown (with the reason, which decides the outcome). Progress
 and log lines are buffered here; the worker flushes them with its own writes, so a
-chatty job costs no extra round trips.
+chatty job costs no extra round trips. A checkpoint is written at once instead (see
+:meth:`JobContext.checkpoint`): a crash right after it must not lose it.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from millrace_django.clock import Clock
 from millrace_django.contract import (
     JSON,
     BookmarkRecord,
+    CheckpointReport,
     JobRecord,
     JobStorage,
     WorkflowCheckpoint,
@@ -28,6 +32,13 @@ from millrace_django.engine.errors import JobCancelled
 from millrace_django.engine.jsonvalues import json_problem, storable_text
 
 type Progress = float | dict[str, JSON]
+
+type CheckpointSaver = Callable[[JSON], bool]
+"""Stores a checkpoint for the running attempt; ``False``: the attempt lost the job."""
+
+MAX_CHECKPOINT_BYTES = 1 << 20
+"""The largest checkpoint, as JSON text in UTF-8 (the default arguments limit): a
+checkpoint is a position to resume from, not the work's data."""
 
 
 class CancelReason(StrEnum):
@@ -85,6 +96,8 @@ class JobContext:
         tenant: str | None,
         clock: Clock,
         storage: JobStorage | None = None,
+        last_checkpoint: JSON = None,
+        save_checkpoint: CheckpointSaver | None = None,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -104,13 +117,26 @@ class JobContext:
         self._progress: Progress | None = None
         self._progress_pending = False
         self._logs: list[LogLine] = []
+        self._last_checkpoint = last_checkpoint
+        self._save_checkpoint = save_checkpoint
 
     @classmethod
     def for_job(
         cls, job: JobRecord, clock: Clock, *, storage: JobStorage | None = None
     ) -> JobContext:
+        """The context of a claimed ``job``; with ``storage``, its checkpoints are saved
+        there under the claim's fence."""
+        saver = None
+        if storage is not None and job.worker_id is not None:
+            saver = _fenced_saver(storage, job.id, job.worker_id, job.attempt)
         return cls(
-            job_id=job.id, attempt=job.attempt, tenant=job.tenant_id, clock=clock, storage=storage
+            job_id=job.id,
+            attempt=job.attempt,
+            tenant=job.tenant_id,
+            clock=clock,
+            storage=storage,
+            last_checkpoint=job.checkpoint,
+            save_checkpoint=saver,
         )
 
     @property
@@ -155,6 +181,43 @@ class JobContext:
         """Raise :class:`JobCancelled` once the cancellation has fired."""
         if self._reason is not None:
             raise JobCancelled(f"job {self.job_id} was cancelled ({self.cancel_reason})")
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    @property
+    def last_checkpoint(self) -> JSON:
+        """The checkpoint saved last for this job, by an earlier attempt (a failed one, or
+        one cut short by a crash) or by this one; ``None`` if none was saved."""
+        with self._lock:
+            return self._last_checkpoint
+
+    def checkpoint(self, data: JSON) -> bool:
+        """Save ``data`` (JSON) as the point the next attempt of this job resumes from
+        (it reads it as :attr:`last_checkpoint`), replacing the one saved before.
+
+        Written at once, fenced by this attempt's lease, before this returns: a crash
+        right after it keeps it. ``False`` means this attempt no longer owns the job
+        (its lease was lost and another worker took it over): nothing was written, and
+        the job's cancellation fires. A value JSON cannot store unchanged raises
+        ``TypeError``, one over :data:`MAX_CHECKPOINT_BYTES` ``ValueError``.
+        """
+        problem = json_problem(data)
+        if problem is not None:
+            raise TypeError(f"a checkpoint must be JSON data: it {problem}")
+        size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
+        if size > MAX_CHECKPOINT_BYTES:
+            raise ValueError(
+                f"a checkpoint takes {size} bytes as JSON, over the limit of "
+                f"{MAX_CHECKPOINT_BYTES}; store the data elsewhere and checkpoint its key"
+            )
+        if self._save_checkpoint is None:
+            raise RuntimeError("this context has no storage to save a checkpoint in")
+        if not self._save_checkpoint(data):
+            self.cancel(CancelReason.LEASE_LOST)
+            return False
+        with self._lock:
+            self._last_checkpoint = data
+        return True
 
     # -- progress and logs ----------------------------------------------------------------
 
@@ -204,3 +267,13 @@ class JobContext:
             self._progress_pending = False
             self._logs.clear()
             return report
+
+
+def _fenced_saver(
+    storage: JobStorage, job_id: UUID, worker_id: str, attempt: int
+) -> CheckpointSaver:
+    def save(data: JSON) -> bool:
+        report = CheckpointReport(job_id=job_id, worker_id=worker_id, attempt=attempt, data=data)
+        return storage.save_checkpoint(report)
+
+    return save

@@ -40,7 +40,7 @@ from typing import Any
 from uuid import UUID
 
 from millrace_django.clock import SystemClock
-from millrace_django.contract import JobRecord
+from millrace_django.contract import JSON, JobRecord
 from millrace_django.engine import (
     CancelReason,
     JobCancelled,
@@ -100,6 +100,7 @@ class _Call:
     attempt: int
     tenant: str | None
     setup: ChildSetup | None
+    last_checkpoint: JSON = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,27 @@ class _Started:
 class _Report:
     progress: Progress | None
     logs: tuple[str, ...]
+    checkpoint: tuple[JSON] | tuple[()] = ()
+    """The checkpoint the job saved last since the previous report, if it saved one."""
+
+
+class _ChildCheckpoints:
+    """A child's checkpoints, handed to the worker with its next report: the worker
+    saves them under its fence (the child has no lease of its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: tuple[JSON] | tuple[()] = ()
+
+    def put(self, data: JSON) -> bool:
+        with self._lock:
+            self._pending = (data,)
+        return True
+
+    def take(self) -> tuple[JSON] | tuple[()]:
+        with self._lock:
+            pending, self._pending = self._pending, ()
+        return pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +161,7 @@ def run_in_child(
         attempt=job.attempt,
         tenant=job.tenant_id,
         setup=_setup_factory() if _setup_factory is not None else None,
+        last_checkpoint=context.last_checkpoint,
     )
     process = spawn.Process(
         target=_child_main, args=(theirs, call), name=f"millrace-job-{job.id}", daemon=True
@@ -193,6 +216,8 @@ def _await(process: BaseProcess, ours: Connection, context: JobContext, limit: t
 
 
 def _relay(report: _Report, context: JobContext) -> None:
+    for data in report.checkpoint:
+        context.checkpoint(data)
     if report.progress is not None:
         context.report_progress(report.progress)
     for line in report.logs:
@@ -230,12 +255,21 @@ def _reap(process: BaseProcess) -> None:
 def _child_main(conn: Connection, call: _Call) -> None:
     """The child's entry point: set up, run the job, send back how it ended."""
     signal.signal(signal.SIGTERM, _exit_on_terminate)
+    checkpoints = _ChildCheckpoints()
     context = JobContext(
-        job_id=call.job_id, attempt=call.attempt, tenant=call.tenant, clock=SystemClock()
+        job_id=call.job_id,
+        attempt=call.attempt,
+        tenant=call.tenant,
+        clock=SystemClock(),
+        last_checkpoint=call.last_checkpoint,
+        save_checkpoint=checkpoints.put,
     )
     sending = threading.Lock()
     threading.Thread(
-        target=_listen, args=(conn, context, sending), name="millrace-child-link", daemon=True
+        target=_listen,
+        args=(conn, context, checkpoints, sending),
+        name="millrace-child-link",
+        daemon=True,
     ).start()
     ended: _Returned | _Failed
     try:
@@ -251,11 +285,13 @@ def _child_main(conn: Connection, call: _Call) -> None:
         problem = json_problem(result)  # (checked here: a value JSON cannot store may not pickle)
         ended = _Returned(result) if problem is None else _Failed(unstorable_result(problem), None)
     with sending:
-        _send_report(conn, context)
+        _send_report(conn, context, checkpoints)
         conn.send(ended)
 
 
-def _listen(conn: Connection, context: JobContext, sending: threading.Lock) -> None:
+def _listen(
+    conn: Connection, context: JobContext, checkpoints: _ChildCheckpoints, sending: threading.Lock
+) -> None:
     """Forward the worker's cancellation to the job and the job's reports to the worker;
     end the process when the worker is gone (its end of the pipe closed)."""
     while True:
@@ -263,15 +299,17 @@ def _listen(conn: Connection, context: JobContext, sending: threading.Lock) -> N
             if conn.poll(REPORT_INTERVAL):
                 context.cancel(CancelReason(conn.recv()))
             with sending:
-                _send_report(conn, context)
+                _send_report(conn, context, checkpoints)
         except (EOFError, OSError):
             os._exit(1)
 
 
-def _send_report(conn: Connection, context: JobContext) -> None:
+def _send_report(conn: Connection, context: JobContext, checkpoints: _ChildCheckpoints) -> None:
     report = context.take_report()
-    if report.progress is not None or report.logs:
-        conn.send(_Report(report.progress, tuple(line.message for line in report.logs)))
+    checkpoint = checkpoints.take()
+    if report.progress is not None or report.logs or checkpoint:
+        logs = tuple(line.message for line in report.logs)
+        conn.send(_Report(report.progress, logs, checkpoint))
 
 
 def _exit_on_terminate(signum: int, frame: FrameType | None) -> None:

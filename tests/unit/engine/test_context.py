@@ -9,6 +9,7 @@ import pytest
 
 from millrace_django.clock import FakeClock
 from millrace_django.engine import CancelReason, JobCancelled, JobContext, LogLine
+from millrace_django.engine.context import MAX_CHECKPOINT_BYTES
 
 
 @pytest.fixture
@@ -65,3 +66,57 @@ def test_taking_the_report_hands_over_pending_output_once(context: JobContext) -
     second = context.take_report()
     assert (second.progress, second.logs) == (None, ())
     assert context.progress == 0.5  # the latest value stays readable
+
+
+def test_a_checkpoint_is_saved_at_once_and_becomes_the_last_one(clock: FakeClock) -> None:
+    saved: list[object] = []
+    context = JobContext(
+        job_id=uuid4(),
+        attempt=2,
+        tenant=None,
+        clock=clock,
+        last_checkpoint={"page": 3},
+        save_checkpoint=lambda data: saved.append(data) is None,
+    )
+    assert context.last_checkpoint == {"page": 3}
+    assert context.checkpoint({"page": 4}) is True
+    assert saved == [{"page": 4}]
+    assert context.last_checkpoint == {"page": 4}
+
+
+def test_a_checkpoint_refused_by_the_fence_cancels_the_job(clock: FakeClock) -> None:
+    context = JobContext(
+        job_id=uuid4(), attempt=1, tenant=None, clock=clock, save_checkpoint=lambda data: False
+    )
+    assert context.checkpoint(5) is False
+    assert context.last_checkpoint is None
+    assert context.cancel_reason is CancelReason.LEASE_LOST
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ({"at": (1, 2)}, TypeError, "tuple"),
+        ("a\x00b", TypeError, "U\\+0000"),
+        ("x" * (MAX_CHECKPOINT_BYTES + 1), ValueError, "over the limit"),
+    ],
+)
+def test_a_checkpoint_json_cannot_store_is_refused_before_anything_is_written(
+    clock: FakeClock, bad: object, error: type[Exception], message: str
+) -> None:
+    saved: list[object] = []
+    context = JobContext(
+        job_id=uuid4(),
+        attempt=1,
+        tenant=None,
+        clock=clock,
+        save_checkpoint=lambda data: saved.append(data) is None,
+    )
+    with pytest.raises(error, match=message):
+        context.checkpoint(bad)  # type: ignore[arg-type]
+    assert saved == []
+
+
+def test_a_context_without_storage_says_it_cannot_checkpoint(context: JobContext) -> None:
+    with pytest.raises(RuntimeError, match="no storage"):
+        context.checkpoint(1)

@@ -56,3 +56,12 @@ def unstorable() -> object:
 @job(hard_timeout=7)
 def nightly() -> None:
     """A recurring job whose occurrences take the decorator's hard timeout."""
+
+
+@job
+def checkpoint_then_fail(context: JobContext) -> object:
+    """First attempt: checkpoints its pid, then fails; later ones return what they read."""
+    if context.last_checkpoint is None:
+        context.checkpoint({"pid": os.getpid()})
+        raise RuntimeError("fails after its checkpoint")
+    return context.last_checkpoint

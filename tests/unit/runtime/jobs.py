@@ -189,3 +189,17 @@ async def async_stubborn(name: str, context: JobContext) -> str:
         board.record("async_stubborn", name, "task cancelled", context.cancel_reason)
         raise
     return name
+
+
+@job(retry=Retry.fixed(timedelta(seconds=10), 3))
+def resumable(items: int, fail_at: int, context: JobContext) -> int:
+    """Works through ``items`` steps, checkpointing after each; the first attempt fails
+    at step ``fail_at``. Returns the step it resumed from."""
+    start = context.last_checkpoint or 0
+    assert isinstance(start, int)
+    board.record("resumable", context.attempt, start)
+    for step in range(start, items):
+        if step == fail_at and context.attempt == 1:
+            raise RuntimeError(f"failed at step {step}")
+        context.checkpoint(step + 1)
+    return start
