@@ -17,6 +17,7 @@ from uuid import UUID
 from millrace_django.clock import Clock
 from millrace_django.contract import (
     TERMINAL_JOB_STATES,
+    DuplicatePolicy,
     Invocation,
     JobRecord,
     JobState,
@@ -56,6 +57,7 @@ from millrace_django.engine.registry import (
     JobDefinition,
     JobLike,
     JobOptions,
+    choice_of,
     unpack,
 )
 from millrace_django.engine.retry import validate_retry
@@ -91,16 +93,22 @@ class JobClient:
         *args: Any,
         idempotency_key: str | None = None,
         expires: Expiry | float | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
         **kwargs: Any,
     ) -> UUID:
         """Store a job to run as soon as a worker is free.
 
         Returns its id, or the id of the active job already holding
         ``idempotency_key`` in the ambient tenant (then nothing is stored). With
-        ``expires`` (seconds or a ``timedelta`` from now, or an aware datetime), a job
-        not started by then ends ``cancelled`` without running (see
-        :mod:`~millrace_django.engine.expiry`).
+        ``on_duplicate="reject"`` such a holder raises
+        :class:`~millrace_django.errors.IdempotencyKeyHeld` instead, and with
+        ``"replace"`` a holder that has not started takes this call's arguments and due
+        time (one that has raises). With ``expires`` (seconds or a ``timedelta`` from
+        now, or an aware datetime), a job not started by then ends ``cancelled`` without
+        running (see :mod:`~millrace_django.engine.expiry`).
         """
+        if on_duplicate is not None:
+            job = job.using(on_duplicate=on_duplicate)
         record = self.build(
             job, args, kwargs, state=JobState.ENQUEUED, key=idempotency_key, expires=expires
         )
@@ -115,11 +123,15 @@ class JobClient:
         at: datetime | None = None,
         idempotency_key: str | None = None,
         expires: Expiry | float | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
         **kwargs: Any,
     ) -> UUID:
         """Store a job due after ``delay`` or at the aware datetime ``at`` (a past ``at``
         is allowed: the job is due at once). A delay given as ``expires`` counts from
-        the due time; an instant must come after it."""
+        the due time; an instant must come after it. ``on_duplicate`` as for
+        :meth:`enqueue`."""
+        if on_duplicate is not None:
+            job = job.using(on_duplicate=on_duplicate)
         due_at = self.due_at(delay=delay, at=at)
         record = self.build(
             job,
@@ -222,7 +234,7 @@ class JobClient:
             raise ValueError("a recurring job's hard timeout comes from @job(hard_timeout=...)")
         if isinstance(job, ConfiguredJob) and job.options.expires is not None:
             raise ValueError("a recurring job's deadline comes from @job(expires=...)")
-        policy = _overlap_policy(overlap)
+        policy = choice_of(OverlapPolicy, "overlap", overlap)
         options = JobOptions(queue=queue, priority=priority, retry=retry).over(options)
         schedule = CronSchedule.parse(cron, timezone)
         now = self.clock.now()
@@ -420,6 +432,7 @@ class JobClient:
             "hard_timeout": options.hard_timeout,
             "idempotency_key": options.idempotency_key,
             "tags": options.tags or (),
+            "on_duplicate": _policy_for_key(options),
         }
         queue = self.queue(options.queue)
         fields["limits"] = job_limits(definition, options, queue, self.config.queue_limits)
@@ -457,13 +470,15 @@ class JobClient:
         return at.astimezone(UTC)
 
 
-def _overlap_policy(value: OverlapPolicy | str) -> OverlapPolicy:
-    """``value`` as an overlap policy (its name as text will do), or a clear error."""
-    try:
-        return OverlapPolicy(value)
-    except ValueError:
-        names = ", ".join(repr(policy.value) for policy in OverlapPolicy)
-        raise ValueError(f"overlap must be one of {names}; got {value!r}") from None
+def _policy_for_key(options: JobOptions) -> DuplicatePolicy:
+    """The duplicate policy of a job with ``options``: a policy needs a key to meet."""
+    policy = options.on_duplicate or DuplicatePolicy.RETURN
+    if policy is not DuplicatePolicy.RETURN and options.idempotency_key is None:
+        raise ValueError(
+            f"on_duplicate={policy.value!r} needs an idempotency_key: "
+            "only a job with a key can meet a duplicate"
+        )
+    return policy
 
 
 class Batch:

@@ -21,12 +21,13 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, cast, overload
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 
-from millrace_django.contract import Rate, RetrySpec, tags_of
+from millrace_django.contract import DuplicatePolicy, Rate, RetrySpec, tags_of
 from millrace_django.engine import current
 from millrace_django.engine.errors import InvalidJobDefinition
 from millrace_django.engine.expiry import Expiry, expiry_of
@@ -89,6 +90,9 @@ class JobOptions:
     tags: tuple[str, ...] | None = None
     """Labels stored with each job (see :mod:`millrace_django.contract.tags`); tags given
     to ``using`` replace the decoration's."""
+    on_duplicate: DuplicatePolicy | None = None
+    """What the enqueue does when an active job holds the idempotency key: ``"return"``
+    its id (the default), ``"reject"`` (raise) or ``"replace"`` its call and due time."""
 
     def __post_init__(self) -> None:
         _check_name("queue", self.queue)
@@ -115,6 +119,9 @@ class JobOptions:
         object.__setattr__(self, "rate", rate_of(self.rate))
         if self.tags is not None:
             object.__setattr__(self, "tags", tags_of(self.tags))
+        if self.on_duplicate is not None:
+            policy = choice_of(DuplicatePolicy, "on_duplicate", self.on_duplicate)
+            object.__setattr__(self, "on_duplicate", policy)
 
     def retry_policy(self, default: RetrySpec) -> RetrySpec:
         """The policy a job with these options stores: ``retry`` (else ``default``) with
@@ -144,16 +151,19 @@ class _Submits:
         *args: Any,
         idempotency_key: str | None = None,
         expires: Expiry | float | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
         **kwargs: Any,
     ) -> UUID:
         """Store a run now (via the default client); returns the job id, or the id of the
-        active job already holding ``idempotency_key`` in this tenant. A job with a
-        deadline (``expires``) that has not started by then ends without running."""
+        active job already holding ``idempotency_key`` in this tenant (``on_duplicate``
+        says what else to do then). A job with a deadline (``expires``) that has not
+        started by then ends without running."""
         return current.default_client().enqueue(
             cast("JobLike", self),
             *args,
             idempotency_key=idempotency_key,
             expires=expires,
+            on_duplicate=on_duplicate,
             **kwargs,
         )
 
@@ -164,6 +174,7 @@ class _Submits:
         at: datetime | None = None,
         idempotency_key: str | None = None,
         expires: Expiry | float | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
         **kwargs: Any,
     ) -> UUID:
         """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one); a
@@ -175,6 +186,7 @@ class _Submits:
             at=at,
             idempotency_key=idempotency_key,
             expires=expires,
+            on_duplicate=on_duplicate,
             **kwargs,
         )
 
@@ -187,11 +199,16 @@ class _Submits:
         *args: Any,
         idempotency_key: str | None = None,
         expires: Expiry | float | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
         **kwargs: Any,
     ) -> UUID:
         """:meth:`enqueue` from async code."""
         return await sync_to_async(self.enqueue, thread_sensitive=True)(
-            *args, idempotency_key=idempotency_key, expires=expires, **kwargs
+            *args,
+            idempotency_key=idempotency_key,
+            expires=expires,
+            on_duplicate=on_duplicate,
+            **kwargs,
         )
 
     async def aschedule(
@@ -201,11 +218,18 @@ class _Submits:
         at: datetime | None = None,
         idempotency_key: str | None = None,
         expires: Expiry | float | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
         **kwargs: Any,
     ) -> UUID:
         """:meth:`schedule` from async code."""
         return await sync_to_async(self.schedule, thread_sensitive=True)(
-            *args, delay=delay, at=at, idempotency_key=idempotency_key, expires=expires, **kwargs
+            *args,
+            delay=delay,
+            at=at,
+            idempotency_key=idempotency_key,
+            expires=expires,
+            on_duplicate=on_duplicate,
+            **kwargs,
         )
 
 
@@ -289,7 +313,7 @@ class JobDefinition[**P, R](_Submits):
     def using(self, **options: Any) -> ConfiguredJob:
         """This job with options for the next enqueue (``queue``, ``priority``, ``retry``,
         ``timeout``, ``idempotency_key``, ``hard_timeout``, ``retry_on``, ``give_up_on``,
-        ``expires``, ``concurrency``, ``rate``, ``tags``);
+        ``expires``, ``concurrency``, ``rate``, ``tags``, ``on_duplicate``);
         the definition is unchanged."""
         return ConfiguredJob(self, JobOptions()).using(**options)
 
@@ -316,6 +340,7 @@ class ConfiguredJob(_Submits):
         concurrency: int | None = None,
         rate: Rate | str | None = None,
         tags: Sequence[str] | None = None,
+        on_duplicate: DuplicatePolicy | str | None = None,
     ) -> ConfiguredJob:
         more = JobOptions(
             queue=queue,
@@ -330,6 +355,7 @@ class ConfiguredJob(_Submits):
             concurrency=concurrency,
             rate=rate,  # type: ignore[arg-type]  # (text: parsed)
             tags=tags,  # type: ignore[arg-type]  # (any sequence: made a sorted tuple)
+            on_duplicate=on_duplicate,  # type: ignore[arg-type]  # (text: made a policy)
         )
         return ConfiguredJob(self.definition, more.over(self.options))
 
@@ -589,3 +615,13 @@ def _check_atomic(target: str, is_async: bool, options: JobOptions, atomic: obje
 def _check_name(what: str, value: str | None) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ValueError(f"{what} must be a non-blank string; got {value!r}")
+
+
+def choice_of[E: StrEnum](kind: type[E], option: str, value: E | str) -> E:
+    """``value`` as a member of ``kind`` (its value as text will do), or an error naming
+    ``option`` and the choices."""
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(repr(member.value) for member in kind)
+        raise ValueError(f"{option} must be one of {names}; got {value!r}") from None
