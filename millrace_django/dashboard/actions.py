@@ -13,7 +13,14 @@ from uuid import UUID
 
 from millrace_django.contract import TERMINAL_INSTANCE_STATES, JobState
 from millrace_django.dashboard import services
-from millrace_django.engine.errors import JobNotFinished
+from millrace_django.engine.errors import (
+    ArgumentsTooLarge,
+    InvalidCron,
+    InvalidJobArguments,
+    JobNotFinished,
+    UnknownTimezone,
+    UnresolvableTarget,
+)
 from millrace_django.engine.workflow import InvalidSignalPayload, Recovery
 from millrace_django.errors import MillraceError
 
@@ -77,14 +84,17 @@ def cancel_job(job_id: UUID) -> Outcome:
 
 def run_job_now(job_id: UUID) -> Outcome:
     if services.jobs().run_now(job_id):
-        return Outcome(True, 200, f"Job {job_id} is enqueued to run now (its retry was pending).")
+        return Outcome(
+            True, 200, f"Job {job_id} is enqueued to run now (it was waiting for its due time)."
+        )
     state = _state_of(job_id)
     if state is None:
         return _unknown_job(job_id)
     return Outcome(
         False,
         404,
-        f"Job {job_id} is {state.value}: only a failed job waiting for its retry can run now.",
+        f"Job {job_id} is {state.value}: only a scheduled job, or a failed one waiting for "
+        "its retry, can run now.",
     )
 
 
@@ -146,6 +156,17 @@ def act_on_queue(queue: str, action: QueueAction) -> Outcome:
     return Outcome(True, 200, f"Queue {queue!r} resumed: its jobs are claimable again.")
 
 
+class RecurringAction(StrEnum):
+    TRIGGER = "trigger"
+    DISABLE = "disable"
+    ENABLE = "enable"
+    DELETE = "delete"
+
+
+def _unknown_recurring(recurring_id: str) -> Outcome:
+    return Outcome(False, 404, f"There is no recurring job {recurring_id!r}.")
+
+
 def trigger_recurring(recurring_id: str) -> Outcome:
     if services.jobs().trigger_recurring(recurring_id):
         return Outcome(
@@ -154,7 +175,91 @@ def trigger_recurring(recurring_id: str) -> Outcome:
             f"Recurring job {recurring_id!r} triggered: one extra occurrence is enqueued; "
             "its schedule is unchanged.",
         )
-    return Outcome(False, 404, f"There is no recurring job {recurring_id!r}.")
+    return _unknown_recurring(recurring_id)
+
+
+def disable_recurring(recurring_id: str) -> Outcome:
+    if services.jobs().disable_recurring(recurring_id):
+        return Outcome(
+            True,
+            200,
+            f"Recurring job {recurring_id!r} disabled: it does not fire until it is enabled, "
+            "and the occurrences it misses meanwhile are dropped.",
+        )
+    return _unknown_recurring(recurring_id)
+
+
+def enable_recurring(recurring_id: str) -> Outcome:
+    if services.jobs().enable_recurring(recurring_id):
+        return Outcome(
+            True,
+            200,
+            f"Recurring job {recurring_id!r} enabled: it fires at its next occurrence.",
+        )
+    return _unknown_recurring(recurring_id)
+
+
+def delete_recurring(recurring_id: str) -> Outcome:
+    if services.jobs().remove_recurring(recurring_id):
+        return Outcome(
+            True,
+            200,
+            f"Recurring job {recurring_id!r} deleted; the jobs it fired are kept. A deploy "
+            "that upserts it creates it again.",
+        )
+    return _unknown_recurring(recurring_id)
+
+
+RECURRING_ACTIONS: dict[RecurringAction, Callable[[str], Outcome]] = {
+    RecurringAction.TRIGGER: trigger_recurring,
+    RecurringAction.DISABLE: disable_recurring,
+    RecurringAction.ENABLE: enable_recurring,
+    RecurringAction.DELETE: delete_recurring,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecurringEdit:
+    """What an operator changes in a definition; ``None`` keeps the stored value.
+    ``args``/``kwargs``: given either, they replace the stored arguments whole."""
+
+    cron: str | None = None
+    timezone: str | None = None
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+
+
+def _edit_refusal(error: Exception) -> tuple[str, str]:
+    """The field an edit's validation error concerns, and the operator's sentence."""
+    if isinstance(error, UnknownTimezone):
+        return "timezone", str(error)
+    if isinstance(error, InvalidCron):
+        return "cron", str(error)
+    if isinstance(error, UnresolvableTarget):
+        return "arguments", f"The job function cannot be loaded to check them: {error}"
+    return "arguments", str(error)
+
+
+def edit_recurring(recurring_id: str, edit: RecurringEdit) -> Outcome:
+    """Change a definition's schedule or arguments; a refusal names the field
+    (``data["errors"]``) and changes nothing."""
+    try:
+        found = services.jobs().edit_recurring(
+            recurring_id, cron=edit.cron, timezone=edit.timezone, args=edit.args, kwargs=edit.kwargs
+        )
+    except (InvalidCron, InvalidJobArguments, ArgumentsTooLarge, UnresolvableTarget) as error:
+        field_name, message = _edit_refusal(error)
+        return Outcome(
+            False, 400, f"Nothing was changed: {message}", {"errors": {field_name: [message]}}
+        )
+    if not found:
+        return _unknown_recurring(recurring_id)
+    return Outcome(
+        True,
+        200,
+        f"Recurring job {recurring_id!r} saved; a changed schedule fires next after now. "
+        "A deploy that upserts it from code overwrites the edit.",
+    )
 
 
 def act_on_instance(instance_id: UUID, action: str, job_id: UUID | None = None) -> Outcome:

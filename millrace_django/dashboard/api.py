@@ -17,7 +17,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 
 from millrace_django.contract import Page, TenantFilter
 from millrace_django.dashboard import actions, services, wire
-from millrace_django.dashboard.actions import JobAction, Outcome, QueueAction
+from millrace_django.dashboard.actions import JobAction, Outcome, QueueAction, RecurringAction
+from millrace_django.dashboard.audit import audit
 from millrace_django.dashboard.authorization import Permission
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
@@ -181,7 +182,7 @@ def job_action(request: HttpRequest, job_id: UUID, action: str) -> JsonResponse:
         chosen = JobAction(action)
     except ValueError:
         return problem(404, "Not found", f"No job action {action!r}.")
-    return _outcome(actions.JOB_ACTIONS[chosen](job_id))
+    return _outcome(audit(request, chosen.value, str(job_id), actions.JOB_ACTIONS[chosen](job_id)))
 
 
 def _json_body(request: HttpRequest) -> tuple[Any, JsonResponse | None]:
@@ -223,7 +224,50 @@ def _uuid_list(body: Any) -> list[UUID] | None:
 
 @_api(Permission.MANAGE_RECURRING, post=True)
 def recurring_trigger(request: HttpRequest, recurring_id: str) -> JsonResponse:
-    return _outcome(actions.trigger_recurring(recurring_id))
+    return _outcome(
+        audit(request, "trigger", recurring_id, actions.trigger_recurring(recurring_id))
+    )
+
+
+@_api(Permission.MANAGE_RECURRING, post=True)
+def recurring_action(request: HttpRequest, recurring_id: str, action: str) -> JsonResponse:
+    try:
+        chosen = RecurringAction(action)
+    except ValueError:
+        return problem(404, "Not found", f"No recurring action {action!r}.")
+    outcome = actions.RECURRING_ACTIONS[chosen](recurring_id)
+    return _outcome(audit(request, chosen.value, recurring_id, outcome))
+
+
+EDITABLE: dict[str, tuple[type, str]] = {
+    "cron": (str, "a string"),
+    "timezone": (str, "a string"),
+    "args": (list, "a list"),
+    "kwargs": (dict, "an object"),
+}
+"""The fields of an edit's body and the JSON type of each."""
+
+
+@_api(Permission.MANAGE_RECURRING, post=True)
+def recurring_edit(request: HttpRequest, recurring_id: str) -> JsonResponse:
+    body, error = _json_body(request)
+    if error is not None:
+        return error
+    if not isinstance(body, Mapping) or not body or set(body) - set(EDITABLE):
+        return problem(
+            400, "Invalid body", f"Send a JSON object with any of {', '.join(EDITABLE)}."
+        )
+    wrong = {
+        name: [f"{name} must be {described}"]
+        for name, (kind, described) in EDITABLE.items()
+        if name in body and not isinstance(body[name], kind)
+    }
+    if wrong:
+        return problem(400, "Invalid body", "Some fields have the wrong type.", errors=wrong)
+    edit = actions.RecurringEdit(**{name: body[name] for name in EDITABLE if name in body})
+    return _outcome(
+        audit(request, "edit", recurring_id, actions.edit_recurring(recurring_id, edit))
+    )
 
 
 @_api(Permission.MANAGE_WORKFLOWS, post=True)

@@ -45,7 +45,7 @@ class Permission(StrEnum):
     """Cancel, run now, requeue (one job or in bulk)."""
     VIEW_RECURRING = "millrace_django.view_recurring"
     MANAGE_RECURRING = "millrace_django.change_recurring"
-    """Trigger a recurring definition now."""
+    """Trigger, disable, enable, edit or delete a recurring definition."""
     VIEW_WORKFLOWS = "millrace_django.view_workflowinstance"
     """Workflow instances: list, detail with data, graph and position."""
     MANAGE_WORKFLOWS = "millrace_django.change_workflowinstance"

@@ -39,7 +39,14 @@ from millrace_django.contract import (
     expired_reason,
 )
 from millrace_django.dashboard import actions, charts, services
-from millrace_django.dashboard.actions import InstanceAction, JobAction, Outcome, QueueAction
+from millrace_django.dashboard.actions import (
+    InstanceAction,
+    JobAction,
+    Outcome,
+    QueueAction,
+    RecurringAction,
+)
+from millrace_django.dashboard.audit import audit
 from millrace_django.dashboard.authorization import Permission, get_dashboard_settings, grants
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
@@ -55,6 +62,7 @@ from millrace_django.dashboard.forms import (
     InstanceBulkForm,
     JobBulkForm,
     RecurringBulkForm,
+    RecurringEditForm,
     SignalForm,
 )
 from millrace_django.dashboard.graphview import graph_svg
@@ -192,12 +200,12 @@ def overview(request: HttpRequest) -> HttpResponse:
         )
     tenant = filterset.tenant_filter()
     stats = services.monitoring().get_statistics(tenant)
-    tenant_query = _tenant_query(tenant)
+    scope = tenant_query(tenant)
     job_states = [
         (
             state.value,
             stats.jobs_by_state.get(state, 0),
-            _jobs_url(state=state.value, **tenant_query),
+            _jobs_url(state=state.value, **scope),
         )
         for state in JobState
     ]
@@ -232,7 +240,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _tenant_query(tenant: TenantFilter) -> dict[str, str]:
+def tenant_query(tenant: TenantFilter) -> dict[str, str]:
+    """The query parameters of the filter form that select ``tenant``."""
     if tenant.scope.value == "untenanted":
         return {"untenanted": "on"}
     if tenant.tenant_id:
@@ -393,11 +402,12 @@ def job(request: HttpRequest, job_id: UUID) -> HttpResponse:
             "progress_fraction": fraction,
             "progress_percent": round(fraction * 100) if fraction is not None else None,
             "progress": pretty(details.progress) if details.progress is not None else None,
+            "checkpoint": pretty(details.checkpoint) if details.checkpoint is not None else None,
             "timeline": _timeline(details),
             "continuation_cap": CONTINUATION_CAP,
             "expired": _expired(details),
             "can_cancel": state not in TERMINAL_JOB_STATES,
-            "can_run_now": state is JobState.FAILED,
+            "can_run_now": state in (JobState.SCHEDULED, JobState.FAILED),
             "can_requeue": state in TERMINAL_JOB_STATES,
             "state_colour": JOB_STATE_COLOURS[state.value],
         },
@@ -411,7 +421,7 @@ def job_action(request: HttpRequest, job_id: UUID, action: str) -> HttpResponse:
         chosen = JobAction(action)
     except ValueError as error:
         raise Http404(f"no action {action!r}") from error
-    outcome = actions.JOB_ACTIONS[chosen](job_id)
+    outcome = audit(request, chosen.value, str(job_id), actions.JOB_ACTIONS[chosen](job_id))
     _report(request, outcome)
     if chosen is JobAction.REQUEUE and outcome.ok:
         return HttpResponseRedirect(reverse("millrace_dashboard:job", args=[outcome.data["id"]]))
@@ -499,8 +509,61 @@ def recurring(request: HttpRequest) -> HttpResponse:
 
 @guarded(Permission.MANAGE_RECURRING, methods=("POST",))
 def recurring_trigger(request: HttpRequest, recurring_id: str) -> HttpResponse:
-    _report(request, actions.trigger_recurring(recurring_id))
-    return HttpResponseRedirect(_next_url(request, reverse("millrace_dashboard:recurring")))
+    return _act_on_recurring(request, recurring_id, RecurringAction.TRIGGER)
+
+
+@guarded(Permission.MANAGE_RECURRING, methods=("POST",))
+def recurring_action(request: HttpRequest, recurring_id: str, action: str) -> HttpResponse:
+    try:
+        chosen = RecurringAction(action)
+    except ValueError as error:
+        raise Http404(f"no action {action!r}") from error
+    return _act_on_recurring(request, recurring_id, chosen)
+
+
+def _act_on_recurring(
+    request: HttpRequest, recurring_id: str, chosen: RecurringAction
+) -> HttpResponse:
+    outcome = audit(
+        request, chosen.value, recurring_id, actions.RECURRING_ACTIONS[chosen](recurring_id)
+    )
+    _report(request, outcome)
+    listing = reverse("millrace_dashboard:recurring")
+    if chosen is RecurringAction.DELETE and outcome.ok:
+        return HttpResponseRedirect(listing)
+    return HttpResponseRedirect(_next_url(request, listing))
+
+
+@guarded(Permission.MANAGE_RECURRING, methods=("GET", "HEAD", "POST"))
+def recurring_edit(request: HttpRequest, recurring_id: str) -> HttpResponse:
+    """Edit a definition's schedule and arguments; disable, enable or delete it."""
+    stored = services.job_storage().get_recurring(recurring_id)
+    if stored is None:
+        raise Http404(f"no recurring job {recurring_id!r}")
+    form = RecurringEditForm.of(stored)
+    status = 200
+    if request.method == "POST":
+        form = RecurringEditForm(request.POST)
+        if form.is_valid():
+            outcome = audit(
+                request,
+                "edit",
+                recurring_id,
+                actions.edit_recurring(recurring_id, form.edit(stored)),
+            )
+            if outcome.ok:
+                _report(request, outcome)
+                return HttpResponseRedirect(reverse("millrace_dashboard:recurring"))
+            form.refuse(outcome.data.get("errors") or {"": [outcome.message]})
+        status = 400
+    return page(
+        request,
+        "recurring_edit.html",
+        f"Recurring job {recurring_id}",
+        {"record": stored, "form": form, "here": request.get_full_path()},
+        section="recurring",
+        status=status,
+    )
 
 
 @guarded(Permission.MANAGE_RECURRING, methods=("POST",))

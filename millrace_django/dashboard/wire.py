@@ -107,6 +107,7 @@ def job_details(details: JobDetails) -> dict[str, Any]:
         "lastError": details.last_error,
         "result": details.result,
         "progress": details.progress,
+        "checkpoint": details.checkpoint,
         "logs": [{"at": instant(line.at), "message": line.message} for line in details.logs],
         "leaseUntil": instant(details.lease_until),
         "cancelRequested": details.cancel_requested,
@@ -130,6 +131,7 @@ def recurring_summary(item: RecurringSummary) -> dict[str, Any]:
         "lastJobId": uid(item.last_job_id),
         "overlap": item.overlap.value,
         "lastSkipTime": instant(item.last_skip_time),
+        "enabled": item.enabled,
         "createdAt": instant(item.created_at),
         "updatedAt": instant(item.updated_at),
     }

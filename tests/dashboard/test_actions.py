@@ -53,11 +53,17 @@ class TestRunNow:
         record = runner.assert_state(world.failed, JobState.ENQUEUED)
         assert record.failures == 1  # spends nothing
 
-    def test_refuses_any_other_state_and_says_why(self, operator, world):
+    def test_runs_a_delayed_job_before_its_time(self, operator, world, runner):
         response = act(operator, world.scheduled, "run-now")
+        assert "is enqueued to run now" in said(response)[-1]
+        record = runner.assert_state(world.scheduled, JobState.ENQUEUED)
+        assert record.due_at is None
+
+    def test_refuses_any_other_state_and_says_why(self, operator, world):
+        response = act(operator, world.awaiting, "run-now")
         assert said(response) == [
-            f"Job {world.scheduled} is scheduled: only a failed job waiting for its retry "
-            "can run now."
+            f"Job {world.awaiting} is awaiting: only a scheduled job, or a failed one waiting "
+            "for its retry, can run now."
         ]
 
 

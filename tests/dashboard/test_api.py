@@ -87,6 +87,8 @@ def test_a_job_shows_everything_the_detail_page_does(operator: Client, world: Wo
     assert job["retry"]["kind"] == "none"
     report = get(operator, f"/jobs/{world.report}").json()
     assert report["result"] == "report 2026-10 ready"
+    assert report["checkpoint"] == {"rows_written": 42}
+    assert get(operator, f"/jobs/{world.dead}").json()["checkpoint"] is None
     assert [line["message"] for line in report["logs"]] == [
         "read the orders of 2026-10",
         "wrote 42 rows",
@@ -141,10 +143,13 @@ class TestActions:
         assert "already cancelled" in terminal.json()["detail"]
         assert post(operator, f"/jobs/{uuid4()}/cancel").status_code == 404
 
-    def test_run_now_only_from_failed(self, operator, world, runner):
+    def test_run_now_only_from_failed_or_scheduled(self, operator, world, runner):
         assert post(operator, f"/jobs/{world.succeeded}/run-now").status_code == 404
+        assert post(operator, f"/jobs/{world.awaiting}/run-now").status_code == 404
         assert post(operator, f"/jobs/{world.failed}/run-now").status_code == 200
+        assert post(operator, f"/jobs/{world.scheduled}/run-now").status_code == 200
         runner.assert_state(world.failed, JobState.ENQUEUED)
+        runner.assert_state(world.scheduled, JobState.ENQUEUED)
 
     def test_requeue_mints_a_new_job_or_is_a_409(self, operator, world, runner):
         done = post(operator, f"/jobs/{world.dead}/requeue")
@@ -250,7 +255,8 @@ def _api_routes() -> set[tuple[str, str]]:
         "api-info": "get", "api-statistics": "get", "api-jobs": "get", "api-job": "get",
         "api-recurring": "get", "api-instances": "get", "api-instance": "get",
         "api-openapi": "get", "api-job-action": "post", "api-jobs-bulk": "post",
-        "api-recurring-trigger": "post", "api-instance-recovery": "post",
+        "api-recurring-trigger": "post", "api-recurring-edit": "post",
+        "api-recurring-action": "post", "api-instance-recovery": "post",
         "api-instance-cancel": "post", "api-signal": "post", "api-queues": "get",
         "api-queue-action": "post",
     }  # fmt: skip
