@@ -147,6 +147,11 @@ JOB_DETAILS: Schema = {
                 "lastError": _nullable(STRING),
                 "result": ANY_JSON,
                 "progress": ANY_JSON,
+                "checkpoint": {
+                    **ANY_JSON,
+                    "description": "the job's own checkpoint (context.checkpoint), as its "
+                    "latest attempt to save one left it: where the next attempt resumes",
+                },
                 "logs": {
                     "type": "array",
                     "items": _object({"at": INSTANT, "message": STRING}),

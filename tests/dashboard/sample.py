@@ -42,6 +42,7 @@ def build_report(month: str, context: JobContext) -> str:
     context.report_progress(0.5)
     context.log(f"read the orders of {month}")
     context.log("wrote 42 rows")
+    context.checkpoint({"rows_written": 42})
     context.report_progress(1.0)
     return f"report {month} ready"
 

@@ -82,6 +82,12 @@ class TestJobs:
         assert "read the orders of 2026-10" in page and "wrote 42 rows" in page
         assert "Finished: succeeded" in page
 
+    def test_a_job_shows_the_checkpoint_it_saved(self, operator, world):
+        page = html(operator, "job", world.report)
+        checkpoint = page[page.index('id="mr-checkpoint"') :]
+        assert "&quot;rows_written&quot;: 42" in checkpoint.split("</pre>")[0]
+        assert "No checkpoint saved." in html(operator, "job", world.dead)
+
     def test_a_failed_job_offers_run_now_and_cancel(self, operator, world):
         page = html(operator, "job", world.failed)
         assert 'id="mr-run-now"' in page and 'id="mr-cancel"' in page
