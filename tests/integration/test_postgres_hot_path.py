@@ -1,7 +1,7 @@
 """The PostgreSQL hot path's own cases, beyond what the kit reaches: a batch large enough
 to be copied in, the pre-lock that lets a batch acknowledgement wake continuations
-inserted concurrently, and single statements run in autocommit (bounded, leaving no
-setting behind).
+inserted concurrently, single statements run in autocommit (bounded, leaving no
+setting behind), and workflow steps acknowledged in a few round trips per batch.
 
 Configured by MILLRACE_TEST_POSTGRES_URL (``scripts/testdb.sh`` starts a throwaway server);
 skipped when unset, except in CI, where it fails.
@@ -23,7 +23,16 @@ from django.db import DatabaseError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from millrace_django.clock import FakeClock
-from millrace_django.conformance.support import claim, claim_new, make_job, race, succeed
+from millrace_django.conformance.support import (
+    claim,
+    claim_new,
+    create_instance,
+    make_job,
+    race,
+    stored_instance,
+    succeed,
+    with_fields,
+)
 from millrace_django.contract import (
     ClaimRequest,
     Invocation,
@@ -31,6 +40,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    WorkflowCheckpoint,
 )
 from millrace_django.engine.retry import Retry
 from millrace_django.errors import DuplicateJobId
@@ -544,3 +554,44 @@ def claim_request(worker: str, queues: list[str], count: int) -> ClaimRequest:
     return ClaimRequest(
         worker_id=worker, queues=frozenset(queues), max_count=count, lease=timedelta(minutes=5)
     )
+
+
+def _round_trips_acknowledging(store: DjangoStoreUnderTest, clock: FakeClock, steps: int) -> int:
+    """Messages sent to acknowledge ``steps`` steps of as many instances, each with its
+    checkpoint and its next job."""
+    transitions = []
+    for n in range(steps):
+        instance = create_instance(store, clock, data={"n": n})
+        job = claim_new(store, clock, f"flows-{steps}", workflow_instance_id=instance.id)
+        moved = with_fields(instance, data={"n": n, "done": True}, updated_at=clock.now())
+        transitions.append(
+            succeed(
+                job,
+                clock,
+                enqueue=[make_job(clock, queue="next", workflow_instance_id=instance.id)],
+                checkpoint=WorkflowCheckpoint(instance=moved, expected_revision=1),
+            )
+        )
+    with wire_messages(ALIAS) as sent:
+        assert store.jobs.apply_many(transitions) == [True] * steps
+    for t in transitions:
+        assert t.checkpoint is not None
+        assert stored_instance(store, t.checkpoint.instance.id).revision == 2
+        assert store.jobs.get_job(t.enqueue[0].id) is not None
+        job = store.jobs.get_job(t.job_id)
+        assert job is not None and job.state is JobState.SUCCEEDED
+    return len(sent)
+
+
+def test_a_batch_of_workflow_steps_costs_the_same_round_trips_however_many_steps(
+    store: DjangoStoreUnderTest, clock: FakeClock
+) -> None:
+    _round_trips_acknowledging(store, clock, 1)  # the session's statements are prepared
+
+    few = _round_trips_acknowledging(store, clock, 4)
+    many = _round_trips_acknowledging(store, clock, 40)
+
+    # BEGIN; the savepoint a refused step would roll back to; the fences and
+    # checkpoints; the successes and the next jobs; its release; the counts; COMMIT.
+    assert many == few, (few, many)
+    assert few <= 7, few

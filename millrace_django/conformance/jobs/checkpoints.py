@@ -114,6 +114,25 @@ def _assert_instance(
     assert stored.updated_at == expected.updated_at
 
 
+def _first_steps(
+    clock: FakeClock,
+    jobs: list[JobRecord],
+    instances: list[WorkflowInstanceRecord],
+    follow_ups: list[JobRecord],
+) -> list[JobTransition]:
+    """Each job's success moving its instance from revision 1 to ``{"step": 1}``, with
+    its follow-up job."""
+    return [
+        succeed(
+            job,
+            clock,
+            enqueue=[follow_up],
+            checkpoint=_checkpoint(instance, clock, expected=1, data={"step": 1}),
+        )
+        for job, instance, follow_up in zip(jobs, instances, follow_ups, strict=True)
+    ]
+
+
 class CheckpointFacts(FactGroup):
     heading: ClassVar[str] = "Checkpoints"
 
@@ -377,15 +396,7 @@ class CheckpointFacts(FactGroup):
         store.workflows.update_instance(with_fields(instances[1], data={"moved": True}), 1)
         moved_on = stored_instance(store, instances[1].id)
         follow_ups = [make_job(clock, queue="flows") for _ in instances]
-        transitions = [
-            succeed(
-                job,
-                clock,
-                enqueue=[follow_up],
-                checkpoint=_checkpoint(instance, clock, expected=1, data={"step": 1}),
-            )
-            for job, instance, follow_up in zip(jobs, instances, follow_ups, strict=True)
-        ]
+        transitions = _first_steps(clock, jobs, instances, follow_ups)
 
         first, conflict, last = store.jobs.apply_many(transitions)
 
@@ -465,15 +476,7 @@ class CheckpointFacts(FactGroup):
         jobs = [_claim_activity(store, clock, instance) for instance in instances]
         follow_ups = [make_job(clock, queue="flows") for _ in instances]
         follow_ups[1] = with_fields(follow_ups[1], id=taken)
-        transitions = [
-            succeed(
-                job,
-                clock,
-                enqueue=[follow_up],
-                checkpoint=_checkpoint(instance, clock, expected=1, data={"step": 1}),
-            )
-            for job, instance, follow_up in zip(jobs, instances, follow_ups, strict=True)
-        ]
+        transitions = _first_steps(clock, jobs, instances, follow_ups)
 
         first, refused, last = store.jobs.apply_many(transitions)
 
