@@ -42,7 +42,7 @@ from millrace_django.engine.retry import (
 CONTEXT_PARAMETER = "context"
 """A parameter with this name receives the :class:`~millrace_django.engine.JobContext`."""
 
-RESERVED_PARAMETERS = frozenset({"idempotency_key", "expires", "delay", "at"})
+RESERVED_PARAMETERS = frozenset({"idempotency_key", "expires", "on_duplicate", "delay", "at"})
 """Keywords ``enqueue``/``schedule`` keep for themselves."""
 
 FITTING_SHAPES = 64

@@ -104,7 +104,7 @@ def test_functions_from_main_are_refused_because_workers_cannot_import_them() ->
         job(_module_level_clone(script_job, "script_job", module="__main__"))
 
 
-@pytest.mark.parametrize("reserved", ["idempotency_key", "delay", "at"])
+@pytest.mark.parametrize("reserved", ["idempotency_key", "on_duplicate", "delay", "at"])
 def test_a_parameter_named_like_a_reserved_option_is_refused(reserved: str) -> None:
     namespace: dict[str, Any] = {}
     exec(f"def clashing({reserved}): ...", namespace)
