@@ -12,6 +12,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.db import connections
 
 from millrace_django.conf import InvalidSettings, MillraceSettings, parse_settings
+from millrace_django.storage import PROVIDERS, InvalidProvider
 
 SQLITE_BUSY_TIMEOUT = 5.0
 """Seconds a SQLite write waits for the writer lock when ``OPTIONS`` sets no ``timeout``
@@ -26,6 +27,10 @@ def check_settings(
         parsed = parse_settings(getattr(settings, "MILLRACE", None), settings.DATABASES.keys())
     except InvalidSettings as invalid:
         return [Error(p.message, hint=p.hint, id=p.id) for p in invalid.problems]
+    if parsed.storage not in PROVIDERS:
+        problems = _provider_problems()
+        if problems:
+            return problems
     if parsed.storage != "orm":
         return []
     from millrace_django.storage.orm import configuration_problems
@@ -34,6 +39,27 @@ def check_settings(
         Error(problem.message, hint=problem.hint, id="millrace.E008")
         for problem in configuration_problems(parsed.database)
     ] + _sqlite_lease_problems(parsed)
+
+
+def _provider_problems() -> list[CheckMessage]:
+    """A third-party provider is built here, once, as the process will use it: its
+    factory must make a complete provider (see ``storage.open_storage``)."""
+    from millrace_django import wiring
+
+    try:
+        wiring.storage()
+    except InvalidProvider as error:
+        return [
+            Error(
+                f"MILLRACE['STORAGE'] is invalid: {error}.",
+                hint="A provider factory takes the clock and the keywords alias and "
+                "statement_timeout, and returns an object implementing JobStorage, "
+                "WorkflowStorage and MonitoringStorage (millrace_django.contract); see "
+                "docs/writing-a-storage-provider.md.",
+                id="millrace.E013",
+            )
+        ]
+    return []
 
 
 def _sqlite_lease_problems(parsed: MillraceSettings) -> list[CheckMessage]:

@@ -32,6 +32,8 @@ class MillraceSettings(RuntimeSettings):
     """Validated settings: the runtime's (and their defaults) plus where jobs are stored."""
 
     storage: str = "orm"
+    """``"orm"``, ``"memory"``, or the dotted path of a provider factory (called as
+    ``factory(clock, alias=database, statement_timeout=statement_timeout)``)."""
     database: str = "default"
     clock: str = "millrace_django.clock.SystemClock"
     """Dotted path to the callable that makes the process's source of time (a
@@ -125,9 +127,9 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-def _clock_factory(value: Any) -> str:
-    expected = "an importable dotted path to a Clock class or factory, such as "
-    expected += "'millrace_django.clock.SystemClock'"
+def _callable_path(value: Any, expected: str) -> str:
+    """``value`` if it is the dotted path of something callable, else the error saying
+    ``expected``."""
     if not isinstance(value, str):
         raise TypeError(expected)
     try:
@@ -139,10 +141,23 @@ def _clock_factory(value: Any) -> str:
     return value
 
 
+def _clock_factory(value: Any) -> str:
+    return _callable_path(
+        value,
+        "an importable dotted path to a Clock class or factory, such as "
+        "'millrace_django.clock.SystemClock'",
+    )
+
+
 def _storage(value: Any) -> str:
-    if value not in PROVIDERS:
-        raise ValueError(f"one of {', '.join(PROVIDERS)}")
-    return str(value)
+    if value in PROVIDERS:
+        return str(value)
+    return _callable_path(
+        value,
+        f"one of {', '.join(PROVIDERS)}, or the importable dotted path of a provider "
+        "factory, such as 'myproject.storage.make_storage' (see "
+        "docs/writing-a-storage-provider.md)",
+    )
 
 
 def _retry(value: Any) -> RetrySpec:

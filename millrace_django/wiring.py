@@ -23,7 +23,7 @@ from millrace_django.engine.current import set_default_client
 from millrace_django.isolation import django_child
 from millrace_django.runtime import ClockSync
 from millrace_django.runtime.isolation import set_child_setup
-from millrace_django.storage import open_storage
+from millrace_django.storage import InvalidProvider, open_storage
 
 
 @cache
@@ -75,7 +75,7 @@ def install() -> None:
     set_child_setup(django_child)
     try:
         set_default_client(client())
-    except (InvalidSettings, ImproperlyConfigured):
+    except (InvalidSettings, ImproperlyConfigured, InvalidProvider):
         set_default_client(None)
 
 
