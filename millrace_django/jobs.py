@@ -66,13 +66,30 @@ def trigger_recurring(recurring_id: str) -> bool:
     return default_client().trigger_recurring(recurring_id)
 
 
+def disable_recurring(recurring_id: str) -> bool:
+    """Stop a definition from firing until it is enabled; ``False`` if unknown."""
+    return default_client().disable_recurring(recurring_id)
+
+
+def enable_recurring(recurring_id: str) -> bool:
+    """Let a disabled definition fire again from its next occurrence after now (those
+    missed while disabled are dropped); ``False`` if unknown."""
+    return default_client().enable_recurring(recurring_id)
+
+
+def edit_recurring(recurring_id: str, **changes: Any) -> bool:
+    """Change a definition's ``cron=``, ``timezone=``, ``args=``/``kwargs=`` (validated
+    before anything is written); ``False`` if unknown."""
+    return default_client().edit_recurring(recurring_id, **changes)
+
+
 def cancel(job_id: UUID) -> bool:
     """Cancel a waiting job, or ask a running one to stop."""
     return default_client().cancel(job_id)
 
 
 def run_now(job_id: UUID) -> bool:
-    """Retry a failed job now instead of at its backoff time."""
+    """Enqueue a scheduled job, or a failed one's retry, now instead of at its time."""
     return default_client().run_now(job_id)
 
 

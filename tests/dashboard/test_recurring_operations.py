@@ -38,9 +38,8 @@ class TestPages:
         assert runner.storage.get_recurring(world.recurring_id).enabled is False
         page = operator.get(reverse("millrace_dashboard:recurring")).content.decode()
         assert ">disabled</span>" in page and ">Enable</button>" in page
-        assert caplog.records[-1].getMessage().startswith(
-            "operator disable nightly-cleanup: 200 Recurring job 'nightly-cleanup' disabled"
-        )
+        logged = caplog.records[-1].getMessage()
+        assert logged.startswith("operator disable nightly-cleanup: 200 Recurring job")
 
         act(operator, world.recurring_id, "enable")
 
@@ -117,9 +116,7 @@ class TestApi:
         assert post(operator, f"{path}/explode").status_code == 404
 
     def test_an_edit_changes_what_it_names(self, operator, world, runner):
-        response = post(
-            operator, f"/recurring/{world.recurring_id}/edit", {"cron": "*/5 * * * *"}
-        )
+        response = post(operator, f"/recurring/{world.recurring_id}/edit", {"cron": "*/5 * * * *"})
 
         assert response.status_code == 200, response.content
         stored = runner.storage.get_recurring(world.recurring_id)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from millrace_django import jobs
 from millrace_django.clock import FakeClock
 from millrace_django.contract import Invocation, JobState
 from millrace_django.engine import JobClient
@@ -124,3 +125,16 @@ def test_run_now_enqueues_a_delayed_job_before_its_time(
     stored = storage.get_job(job_id)
     assert stored is not None and stored.state is JobState.ENQUEUED
     assert client.run_now(job_id) is False
+
+
+def test_the_jobs_module_operates_definitions_through_the_default_client(
+    client: JobClient, storage: MemoryStorage
+) -> None:
+    _hourly(client)
+
+    assert jobs.disable_recurring("hourly") is True
+    assert jobs.edit_recurring("hourly", cron="5 * * * *") is True
+    disabled = storage.get_recurring("hourly")
+    assert disabled is not None and (disabled.enabled, disabled.cron) == (False, "5 * * * *")
+    assert jobs.enable_recurring("hourly") is True
+    assert jobs.enable_recurring("gone") is False
