@@ -82,8 +82,10 @@ class DuplicatePolicyFacts(FactGroup):
     def test_replace_gives_a_pending_holder_the_new_arguments_and_due_time(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A scheduled holder takes the new call, state and due time, and keeps its id,
-        queue and options; its position answers its id."""
+        """A scheduled holder takes the new call and due time, keeping its id and options.
+
+        Its position answers its id; a second replace with an enqueued job makes it
+        enqueued."""
         later = clock.now() + timedelta(hours=1)
         holder = enqueue(
             store,
@@ -149,15 +151,15 @@ class DuplicatePolicyFacts(FactGroup):
     def test_racers_with_reject_leave_one_holder_and_the_others_its_id_on_the_error(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Of racers rejecting duplicates of one free key, one inserts; every other
-        gets the error carrying that job's id."""
+        """Racers rejecting one free key: one inserts, the others get the error with its id."""
         self._race(store, clock, REJECT)
 
     def test_racers_with_replace_all_answer_the_one_holder(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Of racers replacing one free key, one inserts and the others rewrite it: all
-        answer its id, and it holds one of the racers' calls."""
+        """Racers replacing one free key: one inserts, the others rewrite it and get its id.
+
+        The job stored holds one of the racers' calls."""
         self._race(store, clock, REPLACE)
 
     def _race(self, store: StoreUnderTest, clock: FakeClock, policy: DuplicatePolicy) -> None:

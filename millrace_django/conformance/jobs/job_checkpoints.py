@@ -55,8 +55,9 @@ class JobCheckpointFacts(FactGroup):
     def test_a_checkpoint_survives_a_crash_and_stays_after_success(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A lease left to expire hands the checkpoint to the reclaim; success keeps it
-        (history for the dashboard); purging the job removes it."""
+        """A reclaim after a crash reads the checkpoint; success keeps it; a purge removes it.
+
+        Kept after success as history for the dashboard."""
         enqueue(store, clock)
         crashed = claim_one(store)
         assert _save(store, crashed, [1, 2, 3]) is True
@@ -75,9 +76,10 @@ class JobCheckpointFacts(FactGroup):
     def test_a_worker_fenced_off_cannot_overwrite_the_newer_owners_checkpoint(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Once another worker reclaimed the job, the old owner's save is refused (False)
-        and the new owner's checkpoint stays; so is a save for a wrong attempt, a job no
-        longer running or an unknown job."""
+        """A save by a worker fenced off is refused (False); the new owner's checkpoint stays.
+
+        So is a save for a wrong attempt or worker, a job no longer running or an
+        unknown job."""
         job_id = enqueue(store, clock)
         old = claim_one(store, "w1")
         assert _save(store, old, "old owner") is True
