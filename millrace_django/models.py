@@ -440,8 +440,6 @@ class Limit(models.Model):
 
     scope = ExactCharField(max_length=720, primary_key=True)
     starts = models.JSONField(default=list, help_text="Start times (epoch microseconds).")
-    concurrency = models.IntegerField(null=True, blank=True)
-    rate = models.CharField(max_length=40, null=True, blank=True)
     updated_at = models.DateTimeField()
 
     class Meta:

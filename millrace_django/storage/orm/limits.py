@@ -2,7 +2,8 @@
 
 Ready jobs sit in two lanes of ``millrace_job_ready`` (``limited`` leads the index): the
 plain claim reads only unlimited jobs, as it always did, and never a limit. A claim of
-limited jobs locks the next of them (skipping those another claimer holds), then the
+limited jobs passes over the jobs of scopes already full (read from the jobs in flight),
+locks the next of the others (skipping those another claimer holds), then the
 ``millrace_limit`` row of every scope they carry, in scope order (so claims of a scope
 serialize, and claims of unrelated scopes do not), and only then counts the scopes' jobs
 ``processing`` (through ``millrace_job_leased``: the jobs in flight, never history) and
@@ -23,7 +24,6 @@ from django.db.models import Count, QuerySet
 
 from millrace_django.contract import (
     Admission,
-    Limit,
     LimitUsage,
     full_scopes,
     limits_of,
@@ -144,8 +144,8 @@ def pick_limited(ctx: OrmContext, queues: Collection[str], now: datetime, room: 
     if not candidates:
         return []
     carried = {row.seq: limits_of(row.limits) for row in candidates}
-    declared = {limit.scope: limit for limits in carried.values() for limit in limits}
-    locked = _lock_scopes(ctx, declared.values(), now)
+    scopes = {limit.scope for limits in carried.values() for limit in limits}
+    locked = _lock_scopes(ctx, scopes, now)
     running = running_by_scope(limits_of(stored) for stored in running_limits(ctx.jobs()))
     admission = Admission(
         running,
@@ -168,36 +168,18 @@ def pick_limited(ctx: OrmContext, queues: Collection[str], now: datetime, room: 
     return [whole[seq] for seq in picked]
 
 
-def _lock_scopes(ctx: OrmContext, limits: Iterable[Limit], now: datetime) -> dict[str, LimitRow]:
-    """The rows of the scopes of ``limits``, created if missing, then locked; a row's
-    displayed limit follows the latest job that carried it."""
-    wanted = {limit.scope: limit for limit in limits}
+def _lock_scopes(ctx: OrmContext, scopes: set[str], now: datetime) -> dict[str, LimitRow]:
+    """The rows of ``scopes``, created if missing, then locked."""
     rows = ctx.limits()
-    missing = set(wanted) - set(
-        rows.filter(scope__in=sorted(wanted)).values_list("scope", flat=True)
-    )
+    missing = scopes - set(rows.filter(scope__in=sorted(scopes)).values_list("scope", flat=True))
     if missing:
         try:
-            rows.bulk_create([_row(wanted[scope], now) for scope in sorted(missing)])
+            rows.bulk_create(
+                [LimitRow(scope=scope, starts=[], updated_at=now) for scope in sorted(missing)]
+            )
         except IntegrityError as error:  # created meanwhile: replayed, then found
             raise InsertConflict(str(error)) from error
-    locked = {row.scope: row for row in scope_rows(rows, wanted)}
-    for scope, row in locked.items():
-        shown = _shown(wanted[scope])
-        if (row.concurrency, row.rate) != shown:
-            rows.filter(scope=scope).update(concurrency=shown[0], rate=shown[1])
-    return locked
-
-
-def _shown(limit: Limit) -> tuple[int | None, str | None]:
-    return limit.concurrency, None if limit.rate is None else str(limit.rate)
-
-
-def _row(limit: Limit, now: datetime) -> LimitRow:
-    concurrency, rate = _shown(limit)
-    return LimitRow(
-        scope=limit.scope, starts=[], concurrency=concurrency, rate=rate, updated_at=now
-    )
+    return {row.scope: row for row in scope_rows(rows, scopes)}
 
 
 def _instant(microseconds: int) -> datetime:
