@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from millrace_django.contract import Page, TenantFilter
 from millrace_django.dashboard import actions, services, wire
 from millrace_django.dashboard.actions import JobAction, Outcome, QueueAction, RecurringAction
-from millrace_django.dashboard.audit import audit
+from millrace_django.dashboard.audit import audit, listed
 from millrace_django.dashboard.authorization import Permission
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
@@ -207,7 +207,8 @@ def jobs_bulk(request: HttpRequest, action: str) -> JsonResponse:
     ids = _uuid_list(body)
     if ids is None:
         return problem(400, "Invalid body", f'Send {{"ids": [job ids]}}, at most {MAX_BULK}.')
-    return _outcome(actions.bulk(actions.JOB_ACTIONS[chosen], ids, "job"))
+    outcome = actions.bulk(actions.JOB_ACTIONS[chosen], ids, "job")
+    return _outcome(audit(request, f"bulk {chosen.value}", listed(ids), outcome))
 
 
 def _uuid_list(body: Any) -> list[UUID] | None:
@@ -283,12 +284,14 @@ def instance_recovery(request: HttpRequest, instance_id: UUID, action: str) -> J
             job_id = UUID(str(body["jobId"]))
         except ValueError:
             return problem(400, "Bad request", "jobId is not a job id.")
-    return _outcome(actions.act_on_instance(instance_id, action, job_id))
+    outcome = actions.act_on_instance(instance_id, action, job_id)
+    return _outcome(audit(request, action, str(instance_id), outcome))
 
 
 @_api(Permission.MANAGE_WORKFLOWS, post=True)
 def instance_cancel(request: HttpRequest, instance_id: UUID) -> JsonResponse:
-    return _outcome(actions.act_on_instance(instance_id, "cancel"))
+    outcome = actions.act_on_instance(instance_id, "cancel")
+    return _outcome(audit(request, "cancel", str(instance_id), outcome))
 
 
 @_api(Permission.MANAGE_WORKFLOWS, post=True)
@@ -296,7 +299,8 @@ def signal(request: HttpRequest, name: str, correlation_id: str) -> JsonResponse
     payload, error = _json_body(request)
     if error is not None:
         return error
-    return _outcome(actions.send_signal(name, correlation_id, payload))
+    outcome = actions.send_signal(name, correlation_id, payload)
+    return _outcome(audit(request, "signal", f"{name}/{correlation_id}", outcome))
 
 
 @_api(Permission.VIEW_JOBS)
@@ -331,7 +335,7 @@ def queue_action(request: HttpRequest, queue: str, action: str) -> JsonResponse:
         chosen = QueueAction(action)
     except ValueError:
         return problem(404, "Not found", f"No queue action {action!r}.")
-    return _outcome(actions.act_on_queue(queue, chosen))
+    return _outcome(audit(request, chosen.value, queue, actions.act_on_queue(queue, chosen)))
 
 
 @_api(Permission.VIEW_JOBS)

@@ -9,6 +9,7 @@ them as keys.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from django.http import HttpRequest
 
@@ -45,3 +46,8 @@ def audit(request: HttpRequest, action: str, target: str, outcome: Outcome) -> O
         },
     )
     return outcome
+
+
+def listed(targets: Iterable[object]) -> str:
+    """The targets of a bulk action, as one audit target."""
+    return ", ".join(map(str, targets))

@@ -46,7 +46,7 @@ from millrace_django.dashboard.actions import (
     QueueAction,
     RecurringAction,
 )
-from millrace_django.dashboard.audit import audit
+from millrace_django.dashboard.audit import audit, listed
 from millrace_django.dashboard.authorization import Permission, get_dashboard_settings, grants
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
@@ -439,8 +439,9 @@ def jobs_bulk(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, _form_problem(form.errors))
         return HttpResponseRedirect(back)
-    act = actions.JOB_ACTIONS[JobAction(form.cleaned_data["action"])]
-    _report(request, actions.bulk(act, form.cleaned_data["ids"], "job"))
+    chosen, ids = JobAction(form.cleaned_data["action"]), form.cleaned_data["ids"]
+    outcome = actions.bulk(actions.JOB_ACTIONS[chosen], ids, "job")
+    _report(request, audit(request, f"bulk {chosen.value}", listed(ids), outcome))
     return HttpResponseRedirect(back)
 
 
@@ -573,9 +574,9 @@ def recurring_bulk(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, _form_problem(form.errors))
     else:
-        _report(
-            request, actions.bulk(actions.trigger_recurring, form.cleaned_data["ids"], "definition")
-        )
+        ids = form.cleaned_data["ids"]
+        outcome = actions.bulk(actions.trigger_recurring, ids, "definition")
+        _report(request, audit(request, "bulk trigger", listed(ids), outcome))
     return HttpResponseRedirect(back)
 
 
@@ -634,7 +635,8 @@ def instance_action(request: HttpRequest, instance_id: UUID, action: str) -> Htt
         except ValueError:
             messages.error(request, "Nothing was done: job_id is not a job id.")
             return HttpResponseRedirect(reverse("millrace_dashboard:instance", args=[instance_id]))
-    _report(request, actions.act_on_instance(instance_id, action, job_id))
+    outcome = actions.act_on_instance(instance_id, action, job_id)
+    _report(request, audit(request, action, str(instance_id), outcome))
     return HttpResponseRedirect(
         _next_url(request, reverse("millrace_dashboard:instance", args=[instance_id]))
     )
@@ -647,15 +649,9 @@ def instances_bulk(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, _form_problem(form.errors))
         return HttpResponseRedirect(back)
-    action = form.cleaned_data["action"]
-    _report(
-        request,
-        actions.bulk(
-            lambda target: actions.act_on_instance(target, action),
-            form.cleaned_data["ids"],
-            "instance",
-        ),
-    )
+    action, ids = form.cleaned_data["action"], form.cleaned_data["ids"]
+    outcome = actions.bulk(lambda target: actions.act_on_instance(target, action), ids, "instance")
+    _report(request, audit(request, f"bulk {action}", listed(ids), outcome))
     return HttpResponseRedirect(back)
 
 
@@ -668,10 +664,12 @@ def signals(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = SignalForm(request.POST)
         if form.is_valid():
-            outcome = actions.send_signal(
-                form.cleaned_data["name"],
-                form.cleaned_data["correlation_id"],
-                form.cleaned_data["payload"],
+            name, correlation_id = form.cleaned_data["name"], form.cleaned_data["correlation_id"]
+            outcome = audit(
+                request,
+                "signal",
+                f"{name}/{correlation_id}",
+                actions.send_signal(name, correlation_id, form.cleaned_data["payload"]),
             )
             _report(request, outcome)
             if outcome.ok:
@@ -714,5 +712,5 @@ def queue_action(request: HttpRequest, queue: str, action: str) -> HttpResponse:
         chosen = QueueAction(action)
     except ValueError as error:
         raise Http404(f"no action {action!r}") from error
-    _report(request, actions.act_on_queue(queue, chosen))
+    _report(request, audit(request, chosen.value, queue, actions.act_on_queue(queue, chosen)))
     return HttpResponseRedirect(_next_url(request, reverse("millrace_dashboard:queues")))

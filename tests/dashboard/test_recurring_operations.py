@@ -162,3 +162,21 @@ class TestApi:
         assert post(viewer, f"/recurring/{world.recurring_id}/edit", {"cron": "x"}).status_code == (
             404
         )
+
+
+def test_other_actions_leave_their_audit_lines_too(operator, world, caplog):
+    caplog.set_level(logging.INFO, logger=AUDIT)
+
+    operator.post(reverse("millrace_dashboard:queue-action", args=["emails", "pause"]))
+    operator.post(reverse("millrace_dashboard:recurring-bulk"), {"ids": [world.recurring_id]})
+    post(operator, f"/jobs/{world.enqueued}/cancel")
+    post(operator, "/signals/paid/nobody", {"amount": 1})
+
+    lines = [record.getMessage() for record in caplog.records if record.name == AUDIT]
+    assert [line.split(":")[0] for line in lines] == [
+        "operator pause emails",
+        "operator bulk trigger nightly-cleanup",
+        f"operator cancel {world.enqueued}",
+        "operator signal paid/nobody",
+    ]
+    assert lines[-1].startswith("operator signal paid/nobody: 404 No workflow instance")
