@@ -35,3 +35,19 @@ def hold(seconds: float, context: JobContext) -> None:
     write("start", context)
     time.sleep(seconds)
     write("done", context)
+
+
+@job
+def count_to(total: int, pause: float, context: JobContext) -> int:
+    """Count to ``total``, one step per ``pause`` seconds, checkpointing each step and
+    resuming from the last checkpoint; the ledger says where each attempt resumed
+    (``resumed-N``) and which checkpoints were stored (``saved-N``). Returns where it
+    resumed."""
+    start = context.last_checkpoint or 0
+    assert isinstance(start, int)
+    write(f"resumed-{start}", context)
+    for step in range(start + 1, total + 1):
+        time.sleep(pause)
+        if context.checkpoint(step):
+            write(f"saved-{step}", context)
+    return start

@@ -260,3 +260,36 @@ def test_the_worker_keeps_renewing_the_lease_of_a_job_running_in_its_child_proce
     assert (row.attempt, row.failures) == (1, 1)
     assert row.finished_at is not None
     assert 3.9 <= row.finished_at.timestamp() - start.at < 8
+
+
+def _steps(ledger: Ledger, kind: str, attempt: int) -> list[int]:
+    """The numbers of the ``kind-N`` entries attempt ``attempt`` wrote, in order."""
+    return [
+        int(entry.event.removeprefix(f"{kind}-"))
+        for entry in ledger.entries()
+        if entry.event.startswith(f"{kind}-") and entry.attempt == attempt
+    ]
+
+
+def test_the_worker_that_reclaims_a_killed_job_resumes_from_its_last_checkpoint(
+    client: JobClient, processes: Processes, ledger: Ledger
+) -> None:
+    workers = [processes.start("millrace_worker", "--concurrency=1") for _ in range(2)]
+    for worker in workers:
+        worker.wait_for_log(STARTED)
+    job_id = client.enqueue(ledger_jobs.count_to, 60, 0.05)
+    wait_until(lambda: len(_steps(ledger, "saved", 1)) >= 5, 30, "five checkpoints")
+    (first_start,) = [e for e in ledger.entries() if e.event == "resumed-0"]
+    first, second = sorted(workers, key=lambda worker: worker.pid != first_start.pid)
+    first.send(signal.SIGKILL)
+    assert first.exit_code(10) == -signal.SIGKILL
+    saved_before_kill = _steps(ledger, "saved", 1)[-1]
+
+    wait_until(lambda: state(job_id) is JobState.SUCCEEDED, 30, "the reclaimed job's success")
+    (resumed,) = _steps(ledger, "resumed", 2)
+    # The kill may fall between a stored checkpoint and its ledger line: one step ahead.
+    assert resumed in (saved_before_kill, saved_before_kill + 1)
+    assert _steps(ledger, "saved", 2) == list(range(resumed + 1, 61))
+    row = job_row(job_id)
+    assert (row.attempt, row.checkpoint, row.result) == (2, 60, resumed)
+    assert {e.pid for e in ledger.entries() if e.attempt == 2} == {second.pid}
