@@ -440,10 +440,11 @@ class Limit(models.Model):
 
     scope = ExactCharField(max_length=720, primary_key=True)
     starts = models.JSONField(default=list, help_text="Start times (epoch microseconds).")
-    updated_at = models.DateTimeField()
+    updated_at = models.DateTimeField(help_text="Its creation, then its latest start.")
 
     class Meta:
         db_table = "millrace_limit"
+        indexes = [models.Index(name="millrace_limit_idle", fields=["updated_at"])]
 
     def __str__(self) -> str:
         return str(self.scope)
