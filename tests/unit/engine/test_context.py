@@ -68,16 +68,21 @@ def test_taking_the_report_hands_over_pending_output_once(context: JobContext) -
     assert context.progress == 0.5  # the latest value stays readable
 
 
-def test_a_checkpoint_is_saved_at_once_and_becomes_the_last_one(clock: FakeClock) -> None:
-    saved: list[object] = []
-    context = JobContext(
+def saving_context(clock: FakeClock, saved: list[object], last: object = None) -> JobContext:
+    """A context whose checkpoints land in ``saved`` (and are always stored)."""
+    return JobContext(
         job_id=uuid4(),
         attempt=2,
         tenant=None,
         clock=clock,
-        last_checkpoint={"page": 3},
+        last_checkpoint=last,  # type: ignore[arg-type]
         save_checkpoint=lambda data: saved.append(data) is None,
     )
+
+
+def test_a_checkpoint_is_saved_at_once_and_becomes_the_last_one(clock: FakeClock) -> None:
+    saved: list[object] = []
+    context = saving_context(clock, saved, last={"page": 3})
     assert context.last_checkpoint == {"page": 3}
     assert context.checkpoint({"page": 4}) is True
     assert saved == [{"page": 4}]
@@ -105,13 +110,7 @@ def test_a_checkpoint_json_cannot_store_is_refused_before_anything_is_written(
     clock: FakeClock, bad: object, error: type[Exception], message: str
 ) -> None:
     saved: list[object] = []
-    context = JobContext(
-        job_id=uuid4(),
-        attempt=1,
-        tenant=None,
-        clock=clock,
-        save_checkpoint=lambda data: saved.append(data) is None,
-    )
+    context = saving_context(clock, saved)
     with pytest.raises(error, match=message):
         context.checkpoint(bad)  # type: ignore[arg-type]
     assert saved == []

@@ -10,6 +10,7 @@ from millrace_django.clock import FakeClock
 from millrace_django.engine import JobClient, Retry, set_default_client
 from millrace_django.runtime import RuntimeSettings, Worker
 from millrace_django.storage.memory import MemoryStorage
+from millrace_django.testing import JobRunner
 from tests.unit.runtime.helpers import WorkerThread
 from tests.unit.runtime.jobs import board
 
@@ -75,3 +76,11 @@ def start_worker(
     yield start
     for thread in threads:
         thread.close()
+
+
+@pytest.fixture
+def runner(settings: RuntimeSettings) -> Iterator[JobRunner]:
+    """The test runner with these settings, installed as the default client."""
+    runner = JobRunner(config=settings)
+    with runner.installed():
+        yield runner

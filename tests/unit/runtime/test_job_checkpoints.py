@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-
-import pytest
 
 from millrace_django.clock import FakeClock
 from millrace_django.contract import JobState
@@ -20,13 +17,6 @@ from tests.unit.runtime.jobs import board
 
 CHILD_WAIT = 30.0
 """Bound on waits that include starting a child interpreter (slow on a loaded machine)."""
-
-
-@pytest.fixture
-def runner(settings: RuntimeSettings) -> Iterator[JobRunner]:
-    runner = JobRunner(config=settings)
-    with runner.installed():
-        yield runner
 
 
 def test_the_retry_resumes_from_the_checkpoint_the_failed_attempt_saved(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -21,13 +20,6 @@ from tests.unit.runtime import jobs
 from tests.unit.runtime.conftest import StartWorker
 from tests.unit.runtime.helpers import wait_for_state
 from tests.unit.runtime.jobs import board
-
-
-@pytest.fixture
-def runner(settings: RuntimeSettings) -> Iterator[JobRunner]:
-    runner = JobRunner(config=settings)
-    with runner.installed():
-        yield runner
 
 
 def test_run_until_idle_runs_every_claimable_job_and_counts_the_attempts(
