@@ -12,6 +12,8 @@ from django.core.checks import CheckMessage, Error, register
 from django.db import connections
 
 from millrace_django.conf import InvalidSettings, MillraceSettings, parse_settings
+from millrace_django.engine.atomic import atomic_refusal
+from millrace_django.engine.registry import registered_jobs
 from millrace_django.storage import PROVIDERS, InvalidProvider
 
 SQLITE_BUSY_TIMEOUT = 5.0
@@ -32,7 +34,7 @@ def check_settings(
         if problems:
             return problems
     if parsed.storage != "orm":
-        return []
+        return _atomic_job_problems()
     from millrace_django.storage.orm import configuration_problems
 
     return [
@@ -85,4 +87,23 @@ def _sqlite_lease_problems(parsed: MillraceSettings) -> list[CheckMessage]:
             "shorten HEARTBEAT or OPTIONS['timeout'].",
             id="millrace.E010",
         )
+    ]
+
+
+def _atomic_job_problems() -> list[CheckMessage]:
+    """Atomic jobs need a storage that joins their transaction (the memory storage has
+    none). Only the jobs imported by the time the checks run are seen here; enqueueing
+    any other refuses it just as clearly."""
+    from millrace_django import wiring
+
+    storage = wiring.storage()
+    return [
+        Error(
+            str(refusal),
+            hint="Atomic jobs commit their writes with their success in one database "
+            "transaction: set MILLRACE['STORAGE'] = 'orm', or drop atomic=True.",
+            id="millrace.E012",
+        )
+        for definition in registered_jobs().values()
+        if (refusal := atomic_refusal(definition, storage, None)) is not None
     ]

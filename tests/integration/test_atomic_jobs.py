@@ -27,6 +27,7 @@ from millrace_django.models import Job
 from millrace_django.runtime import run_claimed
 from millrace_django.runtime.execution import Outcome
 from millrace_django.storage.orm import DjangoStorage
+from millrace_django.testing import JobRunner
 from tests.integration import atomic_jobs
 
 ALIASES = [alias for alias in ("default", "postgres", "mariadb") if alias in settings.DATABASES]
@@ -156,3 +157,18 @@ def test_a_failing_atomic_job_rolls_its_write_back_and_fails_the_usual_way(
     assert atomic_jobs.count(alias, COUNTER) == 0
     assert client.storage.apply(outcome.transition)
     assert stored(client, claimed).state is JobState.DEAD
+
+
+def test_the_test_runner_runs_atomic_jobs_atomically_on_the_orm_storage(
+    alias: str, clock: FakeClock
+) -> None:
+    config = EngineSettings(queues=frozenset({"default"}), default_retry=Retry.none())
+    runner = JobRunner(DjangoStorage(alias, clock), clock, config)
+    with runner.installed():
+        kept = atomic_jobs.bump.enqueue(alias, COUNTER)
+        undone = atomic_jobs.bump.enqueue(alias, COUNTER, fail=True)
+        runner.run_until_idle(throw_on_failure=False)
+
+    runner.assert_succeeded(kept)
+    runner.assert_state(undone, JobState.DEAD)
+    assert atomic_jobs.count(alias, COUNTER) == 1

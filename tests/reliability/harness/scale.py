@@ -46,6 +46,9 @@ class Scale:
     recurring_definitions: int
     recurring_rounds: int
     recurring_schedulers: int
+    atomic_jobs: int
+    """Atomic jobs, each adding one to a counter, drained while workers are SIGKILLed."""
+    atomic_kills: int
 
 
 CI = Scale(
@@ -61,6 +64,8 @@ CI = Scale(
     recurring_definitions=20,
     recurring_rounds=4,
     recurring_schedulers=3,
+    atomic_jobs=600,
+    atomic_kills=4,
 )
 
 FULL = Scale(
@@ -76,6 +81,8 @@ FULL = Scale(
     recurring_definitions=100,
     recurring_rounds=12,
     recurring_schedulers=4,
+    atomic_jobs=2000,
+    atomic_kills=10,
 )
 
 SCALE = FULL if os.environ.get("MILLRACE_RELIABILITY") == "full" else CI
