@@ -70,13 +70,18 @@ def test_taking_the_report_hands_over_pending_output_once(context: JobContext) -
 
 def saving_context(clock: FakeClock, saved: list[object], last: object = None) -> JobContext:
     """A context whose checkpoints land in ``saved`` (and are always stored)."""
+
+    def save(data: object) -> bool:
+        saved.append(data)
+        return True
+
     return JobContext(
         job_id=uuid4(),
         attempt=2,
         tenant=None,
         clock=clock,
         last_checkpoint=last,  # type: ignore[arg-type]
-        save_checkpoint=lambda data: saved.append(data) is None,
+        save_checkpoint=save,
     )
 
 
