@@ -6,6 +6,7 @@ from millrace_django.contract.attempts import (
     outcome_of,
     transition_problem,
 )
+from millrace_django.contract.catalog import CatalogEntry
 from millrace_django.contract.cursor import (
     decode_time_id,
     decode_time_text,
@@ -127,6 +128,7 @@ __all__ = [
     "AttemptOutcome",
     "BookmarkRecord",
     "Capabilities",
+    "CatalogEntry",
     "CheckpointReport",
     "ClaimRequest",
     "ConcurrencyConflict",

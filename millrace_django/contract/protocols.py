@@ -19,6 +19,7 @@ from enum import Flag, auto
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
+from millrace_django.contract.catalog import CatalogEntry
 from millrace_django.contract.limits import LimitUsage
 from millrace_django.contract.monitoring import (
     InstanceQuery,
@@ -450,6 +451,15 @@ class MonitoringStorage(Protocol):
         minutes keeps its newest minutes. Jobs purged or deleted are no longer counted.
         Cost is bounded by the jobs finished within the window (a range of the finished
         jobs' index), never by the table's size."""
+        ...
+
+    def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
+        """One entry per job function with jobs of ``tenant`` stored (only ``target``'s
+        when given; none if it has none), by target: its jobs per state (every state,
+        zeros included) and its last error (see
+        :class:`~millrace_django.contract.catalog.CatalogEntry`). Finished jobs are
+        counted from the maintained counts and at most one is read per function, its
+        newest dead one (per queue): the cost does not grow with the finished jobs."""
         ...
 
 

@@ -20,6 +20,7 @@ from millrace_django.dashboard import actions, services, wire
 from millrace_django.dashboard.actions import JobAction, Outcome, QueueAction, RecurringAction
 from millrace_django.dashboard.audit import audit, listed
 from millrace_django.dashboard.authorization import Permission
+from millrace_django.dashboard.catalog import target_problem
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
     InstanceFilter,
@@ -125,6 +126,33 @@ def statistics(request: HttpRequest) -> JsonResponse:
         return problem(400, "Invalid query parameters", errors=errors)
     stats = services.monitoring().get_statistics(filterset.tenant_filter())
     return JsonResponse(wire.statistics(stats))
+
+
+@_api(Permission.VIEW_JOBS)
+def catalog(request: HttpRequest) -> JsonResponse:
+    return _catalog(request, None)
+
+
+@_api(Permission.VIEW_JOBS)
+def catalog_function(request: HttpRequest, target: str) -> HttpResponse:
+    bad_target = target_problem(target)
+    if bad_target is not None:
+        return _bad_path_problem(bad_target)
+    return _catalog(request, target)
+
+
+def _catalog(request: HttpRequest, target: str | None) -> JsonResponse:
+    """Every function's catalog entry, or ``target``'s alone (a 404 if it has none)."""
+    filterset = StatisticsFilter(_filter_data(request.GET))
+    if not filterset.is_valid():
+        errors = wire.form_errors(filterset.form.errors, RENAMED)
+        return problem(400, "Invalid query parameters", errors=errors)
+    entries = services.monitoring().get_catalog(filterset.tenant_filter(), target)
+    if target is None:
+        return JsonResponse({"items": [wire.catalog_entry(entry) for entry in entries]})
+    if not entries:
+        return problem(404, "Not found", f"No job of {target!r} is stored.")
+    return JsonResponse(wire.catalog_entry(entries[0]))
 
 
 @_api(Permission.VIEW_JOBS)

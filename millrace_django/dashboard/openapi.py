@@ -38,6 +38,7 @@ def _nullable(schema: Schema) -> Schema:
 
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
+NUMBER = {"type": "number"}
 INSTANT = {"type": "string", "format": "date-time"}
 UUID_SCHEMA = {"type": "string", "format": "uuid"}
 SECONDS = {"type": "number", "description": "seconds"}
@@ -296,6 +297,29 @@ SCHEMAS: Schema = {
             "overdueRecurringDefinitions": INTEGER,
         }
     ),
+    "CatalogEntry": _object(
+        {
+            "target": STRING,
+            "jobsByState": {
+                "type": "object",
+                "description": "every state, zeros included; finished jobs as long as they "
+                "are kept, from maintained counts",
+                "additionalProperties": INTEGER,
+            },
+            "failureRate": {
+                **_nullable(NUMBER),
+                "description": "dead / (succeeded + dead) of the kept jobs; null before any",
+            },
+            "lastError": {
+                **_nullable(STRING),
+                "description": "of the newest (by creation) dead job, or failed job awaiting "
+                "its retry",
+            },
+            "lastErrorJobId": _nullable(UUID_SCHEMA),
+            "lastErrorAt": {**_nullable(INSTANT), "description": "when that job was created"},
+        }
+    ),
+    "Catalog": _object({"items": {"type": "array", "items": _ref("CatalogEntry")}}),
     "Info": _object({"apiVersion": {"const": "v1"}, "storageProvider": STRING}),
     "Queues": _object(
         {
@@ -477,6 +501,22 @@ PATHS: Schema = {
             *PAGING,
         ],
     ),
+    "/catalog": _get(
+        "Every job function with its counts per state, failure rate and last error, by "
+        "target (read from maintained counts, never by counting finished jobs)",
+        _json(_ref("Catalog"), "the catalog"),
+        TENANT,
+    ),
+    "/catalog/{target}": {
+        **_get(
+            "One job function's catalog entry (404 when no job of it is stored)",
+            _json(_ref("CatalogEntry"), "the entry"),
+            TENANT,
+        ),
+        "parameters": [
+            _path("target", STRING, "the dotted target; over 500 characters or %00 is a 400")
+        ],
+    },
     "/jobs/{id}": {
         **_get(
             "One job with its arguments, result, error, attempts, progress and logs",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from millrace_django.dashboard import api, endpoints, metrics, views
+from millrace_django.dashboard import api, catalog, endpoints, metrics, views
 
 app_name = "millrace_dashboard"
 
@@ -24,6 +24,8 @@ urlpatterns = [
     path("jobs/bulk/", views.jobs_bulk, name="jobs-bulk"),
     path("jobs/<uuid:job_id>/", views.job, name="job"),
     path("jobs/<uuid:job_id>/<slug:action>/", views.job_action, name="job-action"),
+    path("catalog/", catalog.catalog, name="catalog"),
+    path("catalog/<path:target>/", catalog.catalog_function, name="catalog-function"),
     path("recurring/", views.recurring, name="recurring"),
     path("recurring/bulk/", views.recurring_bulk, name="recurring-bulk"),
     path(
@@ -57,6 +59,8 @@ urlpatterns = [
     path(f"{API}jobs/bulk/<slug:action>", api.jobs_bulk, name="api-jobs-bulk"),
     path(f"{API}jobs/<uuid:job_id>", api.job, name="api-job"),
     path(f"{API}jobs/<uuid:job_id>/<slug:action>", api.job_action, name="api-job-action"),
+    path(f"{API}catalog", api.catalog, name="api-catalog"),
+    path(f"{API}catalog/<path:target>", api.catalog_function, name="api-catalog-function"),
     path(f"{API}recurring", api.recurring, name="api-recurring"),
     path(
         f"{API}recurring/<path:recurring_id>/trigger",

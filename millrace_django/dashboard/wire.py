@@ -14,6 +14,7 @@ from uuid import UUID
 
 from millrace_django.contract import (
     JSON,
+    CatalogEntry,
     InstanceSummary,
     JobAttempt,
     JobDetails,
@@ -113,6 +114,17 @@ def job_details(details: JobDetails) -> dict[str, Any]:
         "cancelRequested": details.cancel_requested,
         "attempts": [attempt(a) for a in details.attempts],
         "continuations": [job_summary(child) for child in details.continuations],
+    }
+
+
+def catalog_entry(entry: CatalogEntry) -> dict[str, Any]:
+    return {
+        "target": entry.target,
+        "jobsByState": {state.value: n for state, n in entry.jobs_by_state.items()},
+        "failureRate": entry.failure_rate,
+        "lastError": entry.last_error,
+        "lastErrorJobId": uid(entry.last_error_job),
+        "lastErrorAt": instant(entry.last_error_at),
     }
 
 

@@ -258,7 +258,7 @@ def _api_routes() -> set[tuple[str, str]]:
         "api-recurring-trigger": "post", "api-recurring-edit": "post",
         "api-recurring-action": "post", "api-instance-recovery": "post",
         "api-instance-cancel": "post", "api-signal": "post", "api-queues": "get",
-        "api-queue-action": "post",
+        "api-queue-action": "post", "api-catalog": "get", "api-catalog-function": "get",
     }  # fmt: skip
 
     def walk(patterns: list[URLPattern | URLResolver]) -> None:

@@ -57,6 +57,9 @@ PATHS = [
     "jobs/?target=tests.dashboard.sample:send_welcome&state=succeeded",
     "jobs/?queue=emails&state=succeeded&state=dead&state=cancelled",
     "queues/",
+    "catalog/",
+    "catalog/?tenant=acme",
+    "catalog/tests.dashboard.sample:send_welcome/",
     "recurring/",
     "instances/",
     "instances/?state=completed",
@@ -68,6 +71,8 @@ PATHS = [
     f"{API}jobs?queue=reports",
     f"{API}jobs?state=succeeded&target=tests.dashboard.sample:send",
     f"{API}queues",
+    f"{API}catalog",
+    f"{API}catalog/tests.dashboard.sample:send_welcome",
     f"{API}recurring",
     f"{API}instances",
 ]

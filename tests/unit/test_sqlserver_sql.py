@@ -24,13 +24,13 @@ from uuid import UUID
 
 import pytest
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.sql.subqueries import UpdateQuery
 
-from millrace_django.contract import JobState, JobTransition
-from millrace_django.models import Bookmark, Job, Recurring, WorkflowInstance
+from millrace_django.contract import ACTIVE_JOB_STATES, JobState, JobTransition
+from millrace_django.models import Bookmark, Job, Recurring, Tally, WorkflowInstance
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import queries
+from millrace_django.storage.orm import catalog, queries
 from millrace_django.storage.orm.transitions import moved
 from millrace_django.storage.orm.vendors import SQLServer, Vendor, vendor_for
 
@@ -394,3 +394,22 @@ def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks
     assert recurring_params == (NOW,)
     for sql in (jobs_sql, recurring_sql):
         assert "LOCK" not in sql and "READPAST" not in sql, "a plain read takes no locks"
+
+
+def test_the_catalog_counts_unfinished_jobs_per_state_and_reads_one_newest_error_row(
+    alias: str, vendor: Vendor
+) -> None:
+    jobs, tallies = Job.objects.using(alias), Tally.objects.using(alias)
+    counts, _ = compiled(catalog.unfinished_counts(jobs, Q(target="shop:send")), alias)
+    summed, _ = compiled(catalog.finished_counts(tallies, Q()), alias)
+    head, _ = compiled(catalog.newest(jobs.filter(state=Code.DEAD, queue="q"), vendor), alias)
+
+    assert counts.count("UNION ALL") == len(ACTIVE_JOB_STATES) - 1
+    assert "GROUP BY [millrace_job].[target], [millrace_job].[state]" in counts
+    assert "SUM([millrace_tally].[n])" in summed and "[millrace_job]" not in summed
+    assert top(head) == 1
+    # Ordered by the selected created_at and uuid (positions 1 and 2), newest first.
+    assert head.startswith(
+        "SELECT TOP 1 [millrace_job].[created_at] AS [created_at], [millrace_job].[uuid]"
+    )
+    assert order_by(head) == "1 DESC, 2 DESC"

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from millrace_django.contract import (
     CONTINUATION_CAP,
+    CatalogEntry,
     InstanceQuery,
     InstanceState,
     InstanceSummary,
@@ -37,6 +38,7 @@ from millrace_django.contract import (
     throughput_window,
     usage_by_scope,
 )
+from millrace_django.storage.memory.catalog import catalog
 from millrace_django.storage.memory.store import MemoryJobStore, held
 from millrace_django.storage.memory.tables import Tables
 
@@ -166,6 +168,10 @@ class MemoryMonitoring:
             return _newest_first_page(
                 rows, _job_key, query.cursor, query.limit, lambda job: summarize_job(job, tables)
             )
+
+    def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
+        with self._store._reading() as tables:
+            return catalog(tables.jobs.values(), tenant, target)
 
     def fold_statistics(self, limit: int) -> int:
         """Nothing to fold: memory counts its own tables."""

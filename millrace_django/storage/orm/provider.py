@@ -17,6 +17,7 @@ from millrace_django.clock import Clock, SystemClock
 from millrace_django.contract import (
     BookmarkRecord,
     Capabilities,
+    CatalogEntry,
     CheckpointReport,
     ClaimRequest,
     FireOutcome,
@@ -44,6 +45,7 @@ from millrace_django.contract import (
 )
 from millrace_django.errors import StorageError
 from millrace_django.storage.orm import tallies
+from millrace_django.storage.orm.catalog import catalog
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.jobs import OrmJobs
 from millrace_django.storage.orm.limits import limit_usage
@@ -312,6 +314,9 @@ class DjangoStorage:
 
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         return self._monitoring.get_throughput(since, until)
+
+    def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
+        return self._ctx.tx.read(lambda: catalog(self._ctx, tenant, target))
 
 
 def _read_time(alias: str, sql: str) -> datetime:

@@ -1,0 +1,138 @@
+"""The job catalog: figures per job function."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar
+from uuid import UUID
+
+from millrace_django.clock import FakeClock
+from millrace_django.conformance.harness import StoreUnderTest
+from millrace_django.conformance.suite import FactGroup
+from millrace_django.conformance.support import claim_one, die, enqueue, fail, job_in_state
+from millrace_django.contract import CatalogEntry, Invocation, JobState, TenantFilter
+
+ALPHA = "catalog.jobs:alpha"
+BETA = "catalog.jobs:beta"
+
+
+def _job(
+    store: StoreUnderTest, clock: FakeClock, target: str, state: JobState, **fields: Any
+) -> UUID:
+    """A job of ``target`` brought to ``state``, a second after the previous one."""
+    clock.advance(timedelta(seconds=1))
+    return job_in_state(store, clock, state, invocation=Invocation(target=target), **fields)
+
+
+def _entries(
+    store: StoreUnderTest, tenant: TenantFilter | None = None, target: str | None = None
+) -> dict[str, CatalogEntry]:
+    entries = store.monitoring.get_catalog(tenant or TenantFilter.any(), target)
+    return {entry.target: entry for entry in entries}
+
+
+def _failing(store: StoreUnderTest, clock: FakeClock, target: str, error: str) -> UUID:
+    """A job of ``target`` that failed once with ``error`` and waits for its retry."""
+    clock.advance(timedelta(seconds=1))
+    queue = f"failing-{target}-{clock.now().timestamp()}"
+    job_id = enqueue(store, clock, invocation=Invocation(target=target), queue=queue)
+    job = claim_one(store, queues=[queue])
+    assert store.jobs.apply(fail(job, clock, retry_in=timedelta(hours=1), error=error))
+    return job_id
+
+
+class CatalogFacts(FactGroup):
+    heading: ClassVar[str] = "Job catalog"
+
+    def test_the_catalog_counts_each_functions_jobs_per_state_with_zeros(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """One entry per function, by target: its unfinished and finished jobs per
+        state, every state present; another function's jobs are not counted in it."""
+        for state in (JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.DEAD, JobState.ENQUEUED):
+            _job(store, clock, ALPHA, state)
+        _job(store, clock, BETA, JobState.CANCELLED)
+
+        entries = _entries(store)
+
+        assert list(entries) == [ALPHA, BETA]
+        assert entries[ALPHA].jobs_by_state == {
+            **dict.fromkeys(JobState, 0),
+            JobState.SUCCEEDED: 2,
+            JobState.DEAD: 1,
+            JobState.ENQUEUED: 1,
+        }
+        assert entries[BETA].jobs_by_state[JobState.CANCELLED] == 1
+        assert entries[ALPHA].failure_rate == 1 / 3
+        assert entries[BETA].failure_rate is None
+
+    def test_the_last_error_is_the_newest_failed_or_dead_jobs(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """The last error is that of the function's newest job (by creation) that is dead
+        or failed awaiting a retry, whichever queue it is in; none without one."""
+        _failing(store, clock, ALPHA, "first")
+        clock.advance(timedelta(seconds=1))
+        queue = f"dying-{clock.now().timestamp()}"
+        newest = enqueue(store, clock, invocation=Invocation(target=ALPHA), queue=queue)
+        assert store.jobs.apply(die(claim_one(store, queues=[queue]), clock, error="newest"))
+        _job(store, clock, ALPHA, JobState.SUCCEEDED)
+        _job(store, clock, BETA, JobState.SUCCEEDED)
+
+        entries = _entries(store)
+
+        assert (entries[ALPHA].last_error, entries[ALPHA].last_error_job) == ("newest", newest)
+        assert entries[BETA].last_error is None and entries[BETA].last_error_job is None
+
+    def test_a_failed_job_newer_than_every_dead_one_gives_the_last_error(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A job awaiting its retry, newer than the dead ones, gives the last error."""
+        _job(store, clock, ALPHA, JobState.DEAD)
+        failing = _failing(store, clock, ALPHA, "retrying")
+
+        entry = _entries(store)[ALPHA]
+
+        assert (entry.last_error, entry.last_error_job) == ("retrying", failing)
+
+    def test_the_catalog_of_one_function_holds_its_entry_alone(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Asked for one target: its entry alone, or none for a target without jobs."""
+        _job(store, clock, ALPHA, JobState.SUCCEEDED)
+        _job(store, clock, BETA, JobState.SUCCEEDED)
+
+        assert list(_entries(store, target=BETA)) == [BETA]
+        assert _entries(store, target="catalog.jobs:unknown") == {}
+
+    def test_the_catalog_counts_the_tenants_jobs_only(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """With a tenant filter, only that tenant's jobs (or the untenanted) count."""
+        _job(store, clock, ALPHA, JobState.SUCCEEDED, tenant_id="acme")
+        _job(store, clock, ALPHA, JobState.ENQUEUED, tenant_id="acme")
+        _job(store, clock, ALPHA, JobState.SUCCEEDED)
+        _job(store, clock, BETA, JobState.DEAD)
+
+        acme = _entries(store, tenant=TenantFilter.of("acme"))
+        untenanted = _entries(store, tenant=TenantFilter.untenanted())
+
+        assert list(acme) == [ALPHA]
+        assert acme[ALPHA].total == 2
+        assert untenanted[ALPHA].jobs_by_state[JobState.SUCCEEDED] == 1
+        assert untenanted[BETA].last_error is not None
+
+    def test_the_counts_hold_through_folding_and_drop_with_the_purge(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Finished jobs stay counted when the maintained counts are folded, and a purge
+        takes the jobs it deletes out of them."""
+        for _ in range(3):
+            _job(store, clock, ALPHA, JobState.SUCCEEDED)
+        store.monitoring.fold_statistics(100)
+        assert _entries(store)[ALPHA].jobs_by_state[JobState.SUCCEEDED] == 3
+
+        clock.advance(timedelta(seconds=1))
+        assert store.jobs.purge_finished(clock.now(), 2) == 2
+
+        assert _entries(store)[ALPHA].jobs_by_state[JobState.SUCCEEDED] == 1

@@ -1,0 +1,41 @@
+"""The job catalog over the memory store's own tables (it counts what it holds)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from millrace_django.contract import CatalogEntry, JobRecord, JobState, TenantFilter
+
+_ERRORED = frozenset({JobState.DEAD, JobState.FAILED})
+
+
+def catalog(
+    jobs: Iterable[JobRecord], tenant: TenantFilter, target: str | None
+) -> list[CatalogEntry]:
+    """One entry per target of ``jobs`` of ``tenant`` (only ``target`` when given)."""
+    counts: dict[str, Counter[JobState]] = {}
+    errored: dict[str, JobRecord] = {}
+    for job in jobs:
+        name = job.invocation.target
+        if not tenant.matches(job.tenant_id) or target not in (None, name):
+            continue
+        counts.setdefault(name, Counter())[job.state] += 1
+        newest = errored.get(name)
+        if job.state in _ERRORED and (newest is None or _key(job) > _key(newest)):
+            errored[name] = job
+    return [
+        CatalogEntry(
+            target=name,
+            jobs_by_state={state: by_state[state] for state in JobState},
+            last_error=errored[name].last_error if name in errored else None,
+            last_error_job=errored[name].id if name in errored else None,
+            last_error_at=errored[name].created_at if name in errored else None,
+        )
+        for name, by_state in sorted(counts.items())
+    ]
+
+
+def _key(job: JobRecord) -> tuple[object, bytes]:
+    """Newest first as the job list orders (creation time, then id bytes)."""
+    return job.created_at, job.id.bytes
