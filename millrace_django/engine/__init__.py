@@ -10,6 +10,7 @@ from millrace_django.engine.cron import CronSchedule
 from millrace_django.engine.current import default_client, set_default_client
 from millrace_django.engine.errors import (
     ArgumentsTooLarge,
+    AtomicJobRefused,
     DuplicateIdempotencyKey,
     HardTimeoutExceeded,
     InvalidCron,
@@ -45,6 +46,7 @@ from millrace_django.engine.tenancy import current_tenant, tenant
 
 __all__ = [
     "ArgumentsTooLarge",
+    "AtomicJobRefused",
     "Batch",
     "CancelReason",
     "ConfiguredJob",
