@@ -141,6 +141,7 @@ def test_a_large_batch_keeps_text_that_copy_must_escape_exactly(
         activity_node_id="\\",
         result=awkward,
         progress={awkward: [awkward]},
+        checkpoint={awkward: awkward},
     )
     batch = [odd, *(make_job(clock) for _ in range(LARGE - 1))]
     assert storage.enqueue(batch) == [job.id for job in batch]
@@ -198,6 +199,7 @@ def _odd_jobs(clock: FakeClock) -> list[JobRecord]:
         last_error=text,
         result=text,
         progress={text: [text, {"\\": None}]},
+        checkpoint=[text, {"\\\t": text}],
         workflow_instance_id=uuid4(),
         activity_node_id="\\",
     )
