@@ -13,6 +13,7 @@ from uuid import UUID
 
 from millrace_django.contract import TERMINAL_INSTANCE_STATES, JobState
 from millrace_django.dashboard import services
+from millrace_django.engine.client import JobClient
 from millrace_django.engine.errors import (
     ArgumentsTooLarge,
     InvalidCron,
@@ -167,55 +168,37 @@ def _unknown_recurring(recurring_id: str) -> Outcome:
     return Outcome(False, 404, f"There is no recurring job {recurring_id!r}.")
 
 
-def trigger_recurring(recurring_id: str) -> Outcome:
-    if services.jobs().trigger_recurring(recurring_id):
-        return Outcome(
-            True,
-            200,
-            f"Recurring job {recurring_id!r} triggered: one extra occurrence is enqueued; "
-            "its schedule is unchanged.",
-        )
-    return _unknown_recurring(recurring_id)
-
-
-def disable_recurring(recurring_id: str) -> Outcome:
-    if services.jobs().disable_recurring(recurring_id):
-        return Outcome(
-            True,
-            200,
-            f"Recurring job {recurring_id!r} disabled: it does not fire until it is enabled, "
-            "and the occurrences it misses meanwhile are dropped.",
-        )
-    return _unknown_recurring(recurring_id)
-
-
-def enable_recurring(recurring_id: str) -> Outcome:
-    if services.jobs().enable_recurring(recurring_id):
-        return Outcome(
-            True,
-            200,
-            f"Recurring job {recurring_id!r} enabled: it fires at its next occurrence.",
-        )
-    return _unknown_recurring(recurring_id)
-
-
-def delete_recurring(recurring_id: str) -> Outcome:
-    if services.jobs().remove_recurring(recurring_id):
-        return Outcome(
-            True,
-            200,
-            f"Recurring job {recurring_id!r} deleted; the jobs it fired are kept. A deploy "
-            "that upserts it creates it again.",
-        )
-    return _unknown_recurring(recurring_id)
-
-
-RECURRING_ACTIONS: dict[RecurringAction, Callable[[str], Outcome]] = {
-    RecurringAction.TRIGGER: trigger_recurring,
-    RecurringAction.DISABLE: disable_recurring,
-    RecurringAction.ENABLE: enable_recurring,
-    RecurringAction.DELETE: delete_recurring,
+_RECURRING_DONE: dict[RecurringAction, tuple[Callable[[JobClient, str], bool], str]] = {
+    RecurringAction.TRIGGER: (
+        JobClient.trigger_recurring,
+        "triggered: one extra occurrence is enqueued; its schedule is unchanged.",
+    ),
+    RecurringAction.DISABLE: (
+        JobClient.disable_recurring,
+        "disabled: it does not fire until it is enabled, and the occurrences it misses "
+        "meanwhile are dropped.",
+    ),
+    RecurringAction.ENABLE: (
+        JobClient.enable_recurring,
+        "enabled: it fires at its next occurrence.",
+    ),
+    RecurringAction.DELETE: (
+        JobClient.remove_recurring,
+        "deleted; the jobs it fired are kept. A deploy that upserts it creates it again.",
+    ),
 }
+"""The client's method behind each action on a definition, and what its success says."""
+
+
+def act_on_recurring(recurring_id: str, action: RecurringAction) -> Outcome:
+    method, done = _RECURRING_DONE[action]
+    if method(services.jobs(), recurring_id):
+        return Outcome(True, 200, f"Recurring job {recurring_id!r} {done}")
+    return _unknown_recurring(recurring_id)
+
+
+def trigger_recurring(recurring_id: str) -> Outcome:
+    return act_on_recurring(recurring_id, RecurringAction.TRIGGER)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -264,7 +264,7 @@ def recurring_action(request: HttpRequest, recurring_id: str, action: str) -> Js
         chosen = RecurringAction(action)
     except ValueError:
         return problem(404, "Not found", f"No recurring action {action!r}.")
-    outcome = actions.RECURRING_ACTIONS[chosen](recurring_id)
+    outcome = actions.act_on_recurring(recurring_id, chosen)
     return _outcome(audit(request, chosen.value, recurring_id, outcome))
 
 

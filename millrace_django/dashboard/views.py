@@ -526,7 +526,7 @@ def _act_on_recurring(
     request: HttpRequest, recurring_id: str, chosen: RecurringAction
 ) -> HttpResponse:
     outcome = audit(
-        request, chosen.value, recurring_id, actions.RECURRING_ACTIONS[chosen](recurring_id)
+        request, chosen.value, recurring_id, actions.act_on_recurring(recurring_id, chosen)
     )
     _report(request, outcome)
     listing = reverse("millrace_dashboard:recurring")
