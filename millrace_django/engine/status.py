@@ -33,6 +33,8 @@ class JobStatus:
     created_at: datetime
     finished_at: datetime | None
     """When it succeeded, died or was cancelled (UTC)."""
+    tags: tuple[str, ...] = ()
+    """The labels it was created with (``@job(tags=...)``/``using``), sorted."""
 
     @property
     def finished(self) -> bool:
@@ -51,6 +53,7 @@ class JobStatus:
             last_error=record.last_error,
             created_at=record.created_at,
             finished_at=record.finished_at,
+            tags=record.tags,
         )
 
 
