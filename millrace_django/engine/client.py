@@ -157,7 +157,9 @@ class JobClient:
         """Store a job that runs once ``parent_id`` succeeds; if the parent ends dead or
         cancelled, this one is cancelled. A missing parent raises
         :class:`~millrace_django.errors.ParentJobNotFound`. A delay given as ``expires``
-        counts from now (when the parent ends is unknown)."""
+        counts from now (when the parent ends is unknown). A continuation's duplicate
+        policy (from ``using``) may be ``"return"`` or ``"reject"``: it cannot replace a
+        holder, which does not wait for its parent."""
         if not isinstance(parent_id, UUID):
             raise TypeError(f"parent_id must be a job id (UUID); got {parent_id!r}")
         record = self.build(
@@ -169,6 +171,11 @@ class JobClient:
             parent_id=parent_id,
             expires=expires,
         )
+        if record.on_duplicate is DuplicatePolicy.REPLACE:
+            raise ValueError(
+                "a continuation cannot replace the holder of its key (the holder would not "
+                "wait for the parent); use on_duplicate='reject' or the default"
+            )
         return self.store([record])[0]
 
     def batch(

@@ -65,3 +65,20 @@ def test_a_policy_without_a_key_is_refused_before_anything_is_written(
     with pytest.raises(ValueError, match="needs an idempotency_key"):
         sample_jobs.add.enqueue(1, 2, on_duplicate="reject")
     assert storage.query_jobs(JobQuery()).items == []
+
+
+def test_a_continuation_may_reject_a_duplicate_but_not_replace_its_holder(
+    client: JobClient, storage: MemoryStorage
+) -> None:
+    parent = sample_jobs.add.enqueue(1, 2)
+    holder = sample_jobs.add.enqueue(3, 4, idempotency_key="k")
+    with pytest.raises(ValueError, match="cannot replace"):
+        client.continue_with(
+            parent, sample_jobs.add.using(idempotency_key="k", on_duplicate="replace"), 5, 6
+        )
+    with pytest.raises(IdempotencyKeyHeld):
+        client.continue_with(
+            parent, sample_jobs.add.using(idempotency_key="k", on_duplicate="reject"), 5, 6
+        )
+    stored = storage.get_job(holder)
+    assert stored is not None and stored.invocation.args == (3, 4)
