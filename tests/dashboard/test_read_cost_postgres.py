@@ -84,6 +84,32 @@ def runner(postgres_runner: JobRunner) -> JobRunner:
     return postgres_runner
 
 
+def run_to_success(runner: JobRunner, queues: tuple[str, ...], count: int) -> int:
+    """Claim up to ``count`` jobs of ``queues`` and acknowledge them all as succeeded, as
+    a worker would; how many succeeded."""
+    storage, clock = runner.storage, runner.clock
+    claimed = storage.claim(
+        ClaimRequest(
+            worker_id="bulk", queues=frozenset(queues), max_count=count, lease=timedelta(1)
+        )
+    )
+    done = storage.apply_many(
+        [
+            JobTransition(
+                job_id=job.id,
+                expected_worker_id="bulk",
+                expected_attempt=job.attempt,
+                target=JobState.SUCCEEDED,
+                failures=0,
+                finished_at=clock.now(),
+            )
+            for job in claimed
+        ]
+    )
+    assert done == [True] * len(claimed)
+    return len(claimed)
+
+
 def finish_jobs(runner: JobRunner, count: int) -> None:
     """Store ``count`` jobs that ran and succeeded, in batches, as workers would: in three
     queues, every tenth of tenant ``acme``; and a completed workflow instance per five
@@ -103,25 +129,7 @@ def finish_jobs(runner: JobRunner, count: int) -> None:
             for n in range(size)
         ]
         storage.enqueue(jobs)
-        claimed = storage.claim(
-            ClaimRequest(
-                worker_id="bulk", queues=frozenset(QUEUES), max_count=size, lease=timedelta(1)
-            )
-        )
-        done = storage.apply_many(
-            [
-                JobTransition(
-                    job_id=job.id,
-                    expected_worker_id="bulk",
-                    expected_attempt=job.attempt,
-                    target=JobState.SUCCEEDED,
-                    failures=0,
-                    finished_at=clock.now(),
-                )
-                for job in claimed
-            ]
-        )
-        assert done == [True] * size
+        assert run_to_success(runner, QUEUES, size) == size
         for n in range(size // 5):
             instance = make_instance(clock, tenant_id="acme" if n % 2 == 0 else None)
             storage.create_instance(instance)

@@ -13,11 +13,11 @@ from uuid import uuid4
 import pytest
 from django.test import Client
 
-from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobTransition
+from millrace_django.contract import JobRecord, JobState
 from millrace_django.engine.invocation import Invocation
 from millrace_django.testing import JobRunner
 from tests.conformance.django_harness import server_marks
-from tests.dashboard.test_read_cost_postgres import API, costs, finish_jobs
+from tests.dashboard.test_read_cost_postgres import API, costs, finish_jobs, run_to_success
 
 pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL", with_default=True)
 
@@ -53,27 +53,7 @@ def tagged_jobs(runner: JobRunner) -> None:
         for _ in range(TAGGED)
     ]
     storage.enqueue(jobs)
-    claimed = storage.claim(
-        ClaimRequest(
-            worker_id="bulk",
-            queues=frozenset({"bulk-a"}),
-            max_count=TAGGED // 2,
-            lease=timedelta(1),
-        )
-    )
-    storage.apply_many(
-        [
-            JobTransition(
-                job_id=job.id,
-                expected_worker_id="bulk",
-                expected_attempt=job.attempt,
-                target=JobState.SUCCEEDED,
-                failures=0,
-                finished_at=clock.now(),
-            )
-            for job in claimed
-        ]
-    )
+    assert run_to_success(runner, ("bulk-a",), TAGGED // 2) == TAGGED // 2
     clock.advance(timedelta(seconds=1))
 
 
