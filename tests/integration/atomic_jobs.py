@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -26,6 +27,13 @@ def bump(alias: str, name: str, fail: bool = False) -> None:
         during_job()
     if fail:
         raise RuntimeError("the job failed after its write")
+
+
+@job(atomic=True)
+def bump_slowly(alias: str, name: str, seconds: float) -> None:
+    """:func:`bump`, then ``seconds`` more inside the transaction (a long atomic job)."""
+    bump(alias, name)
+    time.sleep(seconds)
 
 
 @contextmanager

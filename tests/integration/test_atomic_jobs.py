@@ -14,27 +14,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from uuid import UUID
 
 import pytest
 from django.conf import settings
 from django.db import connections
 
-from millrace_django.clock import FakeClock
+from millrace_django.clock import FakeClock, SystemClock
 from millrace_django.contract import ClaimRequest, JobRecord, JobState
 from millrace_django.engine import EngineSettings, JobClient, JobContext, Retry
-from millrace_django.models import Job
-from millrace_django.runtime import run_claimed
+from millrace_django.management.support import connection_hooks
+from millrace_django.models import JOB_STATES, Job
+from millrace_django.runtime import RuntimeSettings, Worker, run_claimed
 from millrace_django.runtime.execution import Outcome
 from millrace_django.storage.orm import DjangoStorage
 from millrace_django.testing import JobRunner
 from tests.integration import atomic_jobs
+from tests.reliability.harness.processes import wait_until
 
 ALIASES = [alias for alias in ("default", "postgres", "mariadb") if alias in settings.DATABASES]
 SERVERS = [alias for alias in ALIASES if alias != "default"]
 pytestmark = pytest.mark.django_db(transaction=True, databases=ALIASES)
 
 LEASE = timedelta(seconds=30)
+TICK = timedelta(milliseconds=50)
 COUNTER = "atomic"
 
 
@@ -172,3 +176,64 @@ def test_the_test_runner_runs_atomic_jobs_atomically_on_the_orm_storage(
     runner.assert_succeeded(kept)
     runner.assert_state(undone, JobState.DEAD)
     assert atomic_jobs.count(alias, COUNTER) == 1
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_long_atomic_job_keeps_its_lease_renewed_while_its_transaction_is_open(
+    server: str,
+) -> None:
+    # The job's transaction must not lock the job row before its very end: a heartbeat
+    # renewing the lease meanwhile would wait behind it, and the lease would lapse.
+    clock = SystemClock()
+    config = RuntimeSettings(
+        queues=frozenset({"default"}),
+        default_retry=Retry.none(),
+        lease=timedelta(seconds=1),
+        heartbeat=timedelta(milliseconds=200),
+        poll_max=timedelta(milliseconds=200),
+        clock_sync=False,
+    )
+    storage = DjangoStorage(server, clock)
+    client = JobClient(storage, clock, config)
+    with atomic_jobs.counter_table(server, COUNTER):
+        job_id = client.enqueue(atomic_jobs.bump_slowly, server, COUNTER, 2.5)
+        owner, rival = (
+            Worker(storage, clock, config, worker_id=name, hooks=connection_hooks(), tick=TICK)
+            for name in ("owner", "rival")
+        )
+        threads = [threading.Thread(target=_run, args=(owner, server), daemon=True)]
+        threads[0].start()
+        wait_until(lambda: _state(server, job_id) is JobState.PROCESSING, 10, "the claim")
+        threads.append(threading.Thread(target=_run, args=(rival, server), daemon=True))
+        threads[1].start()  # would take the job over if its lease lapsed
+        first = _lease_until(server, job_id)
+        wait_until(lambda: _lease_until(server, job_id) > first, 2, "a renewal mid-run")
+        wait_until(lambda: _state(server, job_id) is JobState.SUCCEEDED, 10, "the success")
+        for worker in (owner, rival):
+            worker.request_stop()
+        for thread in threads:
+            thread.join(10)
+
+        record = client.storage.get_job(job_id)
+        assert record is not None and record.attempt == 1  # never taken over
+        assert owner.stats.fence_lost == 0 and rival.stats.claimed == 0
+        assert atomic_jobs.count(server, COUNTER) == 1
+        Job.objects.using(server).all().delete()
+
+
+def _run(worker: Worker, alias: str) -> None:
+    """``worker.run()``, closing the claim loop's connection after."""
+    try:
+        worker.run()
+    finally:
+        connections[alias].close()
+
+
+def _state(alias: str, job_id: UUID) -> JobState:
+    return JOB_STATES[Job.objects.using(alias).get(uuid=job_id).state]
+
+
+def _lease_until(alias: str, job_id: UUID) -> datetime:
+    lease_until = Job.objects.using(alias).get(uuid=job_id).lease_until
+    assert lease_until is not None
+    return lease_until
