@@ -47,8 +47,7 @@ class CatalogFacts(FactGroup):
     def test_the_catalog_counts_each_functions_jobs_per_state_with_zeros(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """One entry per function, by target: its unfinished and finished jobs per
-        state, every state present; another function's jobs are not counted in it."""
+        """One entry per function, by target, with its jobs in every state, zeros too."""
         for state in (JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.DEAD, JobState.ENQUEUED):
             _job(store, clock, ALPHA, state)
         _job(store, clock, BETA, JobState.CANCELLED)
@@ -69,8 +68,7 @@ class CatalogFacts(FactGroup):
     def test_the_last_error_is_the_newest_failed_or_dead_jobs(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """The last error is that of the function's newest job (by creation) that is dead
-        or failed awaiting a retry, whichever queue it is in; none without one."""
+        """The last error is the newest dead or failed job's, in any queue; or none."""
         _failing(store, clock, ALPHA, "first")
         clock.advance(timedelta(seconds=1))
         queue = f"dying-{clock.now().timestamp()}"
@@ -125,8 +123,7 @@ class CatalogFacts(FactGroup):
     def test_the_counts_hold_through_folding_and_drop_with_the_purge(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Finished jobs stay counted when the maintained counts are folded, and a purge
-        takes the jobs it deletes out of them."""
+        """Folding keeps the finished jobs' counts; a purge takes its jobs out of them."""
         for _ in range(3):
             _job(store, clock, ALPHA, JobState.SUCCEEDED)
         store.monitoring.fold_statistics(100)

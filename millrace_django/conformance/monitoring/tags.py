@@ -24,8 +24,7 @@ class TagFacts(FactGroup):
     def test_a_jobs_tags_are_read_back_by_get_job_and_the_details(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A job's tags are read back, sorted, by get_job and the job details; an
-        untagged job has none."""
+        """get_job and the job details give a job's tags, sorted; an untagged job none."""
         tagged = enqueue(store, clock, tags=("billing", "eu"))
         plain = enqueue(store, clock)
 
@@ -40,8 +39,7 @@ class TagFacts(FactGroup):
     def test_the_tag_filter_lists_only_the_jobs_carrying_the_tag_in_every_state(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """The tag filter lists the jobs carrying the tag, active and finished, newest
-        first, and no other job."""
+        """The tag filter lists the tag's jobs in every state, newest first, and no other."""
         expected = []
         for state in (JobState.ENQUEUED, JobState.SUCCEEDED, JobState.DEAD, JobState.FAILED):
             clock.advance(timedelta(seconds=1))
@@ -56,8 +54,7 @@ class TagFacts(FactGroup):
     def test_the_tag_filter_combines_with_the_state_filter_and_pages(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """The tag filter combines with the state filter, and keyset paging walks every
-        matching job once."""
+        """With a state filter too, paging walks every matching job exactly once."""
         wanted = []
         for n in range(5):
             clock.advance(timedelta(seconds=1))
