@@ -12,7 +12,10 @@ import time
 from datetime import timedelta
 from uuid import UUID
 
+from django.db.models import F
+
 from millrace_django import JobContext, Retry, job, jobs
+from testproject.sample.models import Account
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +104,15 @@ async def fetch_rates(currency: str) -> dict[str, float]:
     """Async: runs on the worker's event loop."""
     await asyncio.sleep(0.2)
     return {currency: 1.0}
+
+
+@job(atomic=True)
+def transfer(source: str, target: str, cents: int) -> dict[str, int]:
+    """Atomic: both balances and the job's success commit together, or none does, so
+    the money moves once however often a worker dies mid-job (docs/exactly-once.md)."""
+    Account.objects.filter(name=source).update(balance=F("balance") - cents)
+    Account.objects.filter(name=target).update(balance=F("balance") + cents)
+    return dict(Account.objects.filter(name__in=(source, target)).values_list("name", "balance"))
 
 
 @job

@@ -15,6 +15,7 @@ from millrace_django.models import JOB_STATES, Bookmark, Job, Recurring, Workflo
 from testproject import tasks as django_tasks
 from testproject import workflows as order_workflows
 from testproject.sample import jobs as sample
+from testproject.sample.models import Account
 
 RECURRING_ID = "demo-tick"
 REMINDER_DELAY = timedelta(seconds=3)
@@ -56,6 +57,9 @@ def enqueue_samples() -> dict[str, object]:
     created["cancellable long job"] = report
     sample.cancel_job.schedule(str(report), delay=CANCEL_AFTER)
     created["async"] = sample.fetch_rates.enqueue("EUR")
+    for name in ("alice", "bob"):
+        Account.objects.update_or_create(name=name, defaults={"balance": 10_000})
+    created["atomic"] = sample.transfer.enqueue("alice", "bob", 2_500)
     orders = order_workflows.start_demo()  # see testproject/workflows.py
     created["workflow"] = ", ".join(f"{order} {instance}" for order, instance in orders.items())
     for shape, result in django_tasks.enqueue_samples().items():  # see testproject/tasks.py
@@ -83,6 +87,7 @@ EXPECTED = (
     Expectation(sample.long_report, JobState.CANCELLED),
     Expectation(sample.cancel_job, JobState.SUCCEEDED),
     Expectation(sample.fetch_rates, JobState.SUCCEEDED),
+    Expectation(sample.transfer, JobState.SUCCEEDED),
     Expectation(order_workflows.auto_approve, JobState.SUCCEEDED),
 )
 
