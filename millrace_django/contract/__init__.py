@@ -15,6 +15,7 @@ from millrace_django.contract.cursor import (
 )
 from millrace_django.contract.limits import (
     MAX_RATE_COUNT,
+    MAX_RATE_PERIOD,
     Admission,
     Limit,
     LimitUsage,
@@ -117,6 +118,7 @@ __all__ = [
     "LOG_LINE_CAP",
     "MAX_PAGE_SIZE",
     "MAX_RATE_COUNT",
+    "MAX_RATE_PERIOD",
     "MAX_TAGS",
     "MAX_TAG_LENGTH",
     "PRE_ACTIVE_JOB_STATES",

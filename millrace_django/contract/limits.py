@@ -23,6 +23,9 @@ _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
 MAX_RATE_COUNT = 10_000
 """The most starts a rate may allow per period: a claim of a rate-limited scope reads and
 writes the start times of one period (see :class:`Admission`)."""
+MAX_RATE_PERIOD = timedelta(days=1)
+"""The longest period of a rate: a scope without a start for that long has nothing to
+remember, and storage may forget it (``JobStorage.forget_idle_limits``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +38,10 @@ class Rate:
     def __post_init__(self) -> None:
         if type(self.count) is not int or not 1 <= self.count <= MAX_RATE_COUNT:
             raise ValueError(f"a rate allows 1 to {MAX_RATE_COUNT} starts; got {self.count!r}")
-        if not isinstance(self.period, timedelta) or self.period <= timedelta(0):
-            raise ValueError(f"a rate's period must be a positive timedelta; got {self.period!r}")
+        if not isinstance(self.period, timedelta) or not (
+            timedelta(0) < self.period <= MAX_RATE_PERIOD
+        ):
+            raise ValueError(f"a rate's period is positive, at most a day; got {self.period!r}")
 
     @classmethod
     def parse(cls, text: str | Rate) -> Rate:
@@ -51,8 +56,8 @@ class Rate:
             )
         count, multiple, unit = match.groups()
         periods = int(multiple) if multiple else 1
-        if periods < 1:
-            raise ValueError(f"a rate's period must be positive; got {text!r}")
+        if not timedelta(0) < periods * _UNITS[unit] <= MAX_RATE_PERIOD:
+            raise ValueError(f"a rate's period is positive, at most a day; got {text!r}")
         return cls(int(count), periods * _UNITS[unit])
 
     def __str__(self) -> str:

@@ -211,6 +211,14 @@ class JobStorage(Protocol):
         or terminal job. Safe on every node at once; returns how many this call ended."""
         ...
 
+    def forget_idle_limits(self, before: datetime, limit: int) -> int:
+        """Forget up to ``limit`` limit scopes whose latest start (or, never started,
+        first claim) came before ``before``, oldest first; returns how many. Called with
+        ``before <= now - MAX_RATE_PERIOD``, a forgotten scope had no start in any rate's
+        window, so the next claim of its jobs starts it afresh losing nothing; a scope a
+        claim is deciding on at that moment is kept (or that claim replays)."""
+        ...
+
     def purge_finished(self, before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal jobs finished before ``before`` (and their
         attempt history), oldest first. Never touches an active job. Returns the count."""

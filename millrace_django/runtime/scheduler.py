@@ -22,7 +22,13 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from millrace_django.clock import Clock
-from millrace_django.contract import FireOutcome, JobStorage, Limit, RecurringRecord
+from millrace_django.contract import (
+    MAX_RATE_PERIOD,
+    FireOutcome,
+    JobStorage,
+    Limit,
+    RecurringRecord,
+)
 from millrace_django.engine import InvalidCron
 from millrace_django.engine.recurring import following_fire_time, occurrence
 from millrace_django.runtime.clock_sync import ClockSync
@@ -119,6 +125,17 @@ def fire_due_recurring(
         due = storage.get_due_recurring(now, batch)
         fired = (_fire(storage, clock, record, now, queue_limits) for record in due)
         return len(due), sum(fired)
+
+    return _in_batches(step, batch)
+
+
+def forget_idle_limits(storage: JobStorage, now: datetime, batch: int) -> int:
+    """Forget the limit scopes without a start for longer than any rate's period (a
+    keyed limit would otherwise keep a row per key ever seen); returns how many."""
+
+    def step() -> tuple[int, int]:
+        count = storage.forget_idle_limits(now - MAX_RATE_PERIOD, batch)
+        return count, count
 
     return _in_batches(step, batch)
 
@@ -231,6 +248,7 @@ class Scheduler:
             activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
             purged = self._step("purge", lambda: self.purge(now))
             self._step("statistics", lambda: fold_statistics(self._storage, FOLD_BATCH))
+            self._step("limits", lambda: forget_idle_limits(self._storage, now, batch))
             forgotten = self._step("worker registry", lambda: self.forget_workers(now))
             next_due = self._next_due(now)
         return SchedulerPass(

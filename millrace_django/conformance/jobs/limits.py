@@ -29,7 +29,15 @@ from millrace_django.conformance.support import (
     succeed,
     transition,
 )
-from millrace_django.contract import JobRecord, JobState, JobTransition, Limit, LimitUsage, Rate
+from millrace_django.contract import (
+    MAX_RATE_PERIOD,
+    JobRecord,
+    JobState,
+    JobTransition,
+    Limit,
+    LimitUsage,
+    Rate,
+)
 
 SCOPE = "job:conformance.dummy:run"
 HELD_BACK = 20
@@ -214,6 +222,48 @@ class LimitFacts(FactGroup):
         taken = claim(store, "w2", max_count=5)
 
         assert [job.id for job in taken] == [other]
+
+    def test_idle_limit_scopes_are_forgotten_and_started_afresh(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A scope without a start for longer than any rate's period is forgotten.
+
+        Under a rate of 2 a day, two jobs start, a third waits; nothing is forgotten
+        while the day lasts; after it, the scope is forgotten and the next two start."""
+        daily = _limited(rate=Rate(2, MAX_RATE_PERIOD))
+        store.jobs.enqueue([make_job(clock, limits=daily) for _ in range(4)])
+        assert len(claim(store, "w1", max_count=5)) == 2
+        assert store.jobs.forget_idle_limits(clock.now() - MAX_RATE_PERIOD, 10) == 0
+        clock.advance(MAX_RATE_PERIOD - timedelta(seconds=1))
+        assert claim(store, "w1", max_count=5) == []
+        assert store.jobs.forget_idle_limits(clock.now() - MAX_RATE_PERIOD, 10) == 0
+
+        clock.advance(timedelta(seconds=2))
+        assert store.jobs.forget_idle_limits(clock.now() - MAX_RATE_PERIOD, 10) == 1
+
+        assert len(claim(store, "w1", max_count=5)) == 2
+
+    def test_forgetting_scopes_while_claimers_race_never_exceeds_a_limit(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Scopes forgotten again and again while 6 racers drain never let a limit slip.
+
+        Two more racers forget every scope (a concurrency limit keeps nothing to lose)
+        while the others drain 20 jobs under a limit of 1: never two at once."""
+        store.jobs.enqueue([make_job(clock, limits=_limited(1)) for _ in range(HELD_BACK)])
+        peak = _Peak()
+        later = clock.now() + MAX_RATE_PERIOD
+
+        def forget() -> int:
+            return sum(store.jobs.forget_idle_limits(later, 10) for _ in range(100))
+
+        drainers: list[Callable[[], int]] = [
+            partial(_drain, store, clock, f"w{n}", peak) for n in range(RACERS - 2)
+        ]
+        done = race(store, [*drainers, forget, forget])
+
+        assert sum(done[: RACERS - 2]) == HELD_BACK
+        assert peak.highest == 1
 
     def test_a_job_starts_only_within_every_limit_it_carries(
         self, store: StoreUnderTest, clock: FakeClock

@@ -415,6 +415,16 @@ class MemoryJobStore:
                 log.put_job(job, replace(job, state=JobState.ENQUEUED, due_at=None))
             return min(len(due), max(limit, 0))
 
+    def forget_idle_limits(self, before: datetime, limit: int) -> int:
+        """Memory keeps state for rate-limited scopes only: their recent starts."""
+        with self._atomic() as log:
+            starts = log.tables.limit_starts
+            idle = sorted((max(times), scope) for scope, times in starts.items() if times)
+            idle = [(at, scope) for at, scope in idle if at < before][: max(limit, 0)]
+            for _, scope in idle:
+                log.set(starts, scope, None)
+            return len(idle)
+
     def purge_finished(self, before: datetime, limit: int) -> int:
         with self._atomic() as log:
             tables = log.tables

@@ -119,6 +119,29 @@ def limit_usage(ctx: OrmContext) -> list[LimitUsage]:
     return ctx.tx.read(read)
 
 
+def forget_idle_limits(ctx: OrmContext, before: datetime, limit: int) -> int:
+    """See :meth:`~millrace_django.contract.JobStorage.forget_idle_limits`: the idle rows
+    are locked, skipping those a claim holds, oldest first (``millrace_limit_idle``),
+    then deleted; a claim that waited for one finds it gone and replays."""
+    if limit <= 0:
+        return 0
+
+    def forget() -> int:
+        idle = list(
+            ctx.limits()
+            .select_for_update(skip_locked=True)
+            .filter(updated_at__lt=before)
+            .order_by("updated_at")
+            .values_list("scope", flat=True)[:limit]
+        )
+        if not idle:
+            return 0
+        deleted, _ = ctx.limits().filter(scope__in=idle).delete()
+        return deleted
+
+    return ctx.tx.write(forget)
+
+
 def scope_rows(rows: QuerySet[LimitRow], scopes: Iterable[str]) -> QuerySet[LimitRow]:
     """The rows of ``scopes``, locked in scope order (claimers never wait in a cycle)."""
     return rows.select_for_update().filter(scope__in=sorted(scopes)).order_by("scope")
@@ -179,7 +202,10 @@ def _lock_scopes(ctx: OrmContext, scopes: set[str], now: datetime) -> dict[str, 
             )
         except IntegrityError as error:  # created meanwhile: replayed, then found
             raise InsertConflict(str(error)) from error
-    return {row.scope: row for row in scope_rows(rows, scopes)}
+    locked = {row.scope: row for row in scope_rows(rows, scopes)}
+    if len(locked) < len(scopes):  # forgotten since it was found: start again
+        raise InsertConflict(f"limit rows forgotten meanwhile: {sorted(scopes - set(locked))}")
+    return locked
 
 
 def _instant(microseconds: int) -> datetime:

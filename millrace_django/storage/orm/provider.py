@@ -48,7 +48,7 @@ from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.catalog import catalog
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.jobs import OrmJobs
-from millrace_django.storage.orm.limits import limit_usage
+from millrace_django.storage.orm.limits import forget_idle_limits, limit_usage
 from millrace_django.storage.orm.monitoring import OrmMonitoring
 from millrace_django.storage.orm.notify import DEFAULT_CHANNEL, PostgresWakeups
 from millrace_django.storage.orm.transactions import (
@@ -170,6 +170,9 @@ class DjangoStorage:
 
     def expire_due(self, now: datetime, limit: int) -> int:
         return self._jobs.expire_due(now, limit)
+
+    def forget_idle_limits(self, before: datetime, limit: int) -> int:
+        return forget_idle_limits(self._ctx, before, limit)
 
     def purge_finished(self, before: datetime, limit: int) -> int:
         return self._jobs.purge_finished(before, limit)
