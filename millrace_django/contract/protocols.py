@@ -39,6 +39,7 @@ from millrace_django.contract.records import (
     CheckpointReport,
     ClaimRequest,
     FireOutcome,
+    Invocation,
     JobRecord,
     JobTransition,
     NewInstance,
@@ -267,6 +268,20 @@ class JobStorage(Protocol):
         zone) changed; ``last_fire_time``, ``fired_job_id``, ``last_skip_time``,
         ``enabled`` and ``created_at`` are always kept (``enabled`` is taken from
         ``record`` on insert only)."""
+        ...
+
+    def edit_recurring(
+        self,
+        recurring_id: str,
+        cron: str,
+        timezone: str,
+        invocation: Invocation,
+        next_fire_time: datetime,
+    ) -> bool:
+        """An operator's edit of a stored definition, in one atom: cron, time zone,
+        invocation and ``updated_at = now`` written; ``next_fire_time`` taken only if the
+        schedule (cron or time zone) changed; every other field kept. An unknown id:
+        ``False``, nothing stored (an edit never creates a definition)."""
         ...
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None: ...

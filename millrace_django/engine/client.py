@@ -307,23 +307,25 @@ class JobClient:
         """Change a definition's cron, time zone or arguments (``args``/``kwargs``: given
         either, they replace the stored arguments whole), validated as
         :meth:`upsert_recurring` validates them before anything is written; a changed
-        schedule fires next after now. ``False`` if there is no such definition. The
-        code's own ``upsert_recurring`` at the next deploy overwrites an edit."""
+        schedule fires next after now; every other field (queue, priority, overlap, ...)
+        is left as stored. ``False`` if there is no such definition (an edit never
+        creates one). The code's own ``upsert_recurring`` at the next deploy overwrites
+        an edit."""
         record = self.storage.get_recurring(recurring_id)
         if record is None:
             return False
         arguments = None if args is None and kwargs is None else (args or (), kwargs or {})
-        self.storage.upsert_recurring(
-            edited(
-                record,
-                self.clock.now(),
-                cron=cron,
-                timezone=timezone,
-                arguments=arguments,
-                max_bytes=self.config.max_arguments_bytes,
-            )
+        edit = edited(
+            record,
+            self.clock.now(),
+            cron=cron,
+            timezone=timezone,
+            arguments=arguments,
+            max_bytes=self.config.max_arguments_bytes,
         )
-        return True
+        return self.storage.edit_recurring(
+            recurring_id, edit.cron, edit.timezone, edit.invocation, edit.next_fire_time
+        )
 
     # -- reading and managing jobs --------------------------------------------------------
 

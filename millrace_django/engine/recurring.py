@@ -81,7 +81,8 @@ def edited(
     max_bytes: int,
 ) -> RecurringRecord:
     """``record`` with a new schedule and/or new arguments (``(args, kwargs)``, replacing
-    the stored ones whole), validated exactly as an upsert validates them: raises
+    the stored ones whole), validated exactly as an upsert validates them (what
+    ``JobStorage.edit_recurring`` is given): raises
     :class:`~millrace_django.engine.errors.InvalidCron` (or ``UnknownTimezone``), and
     for arguments that do not fit the function as deployed ``InvalidJobArguments``,
     ``ArgumentsTooLarge`` or ``UnresolvableTarget``. A changed schedule fires next

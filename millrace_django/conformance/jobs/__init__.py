@@ -25,7 +25,11 @@ def _compose() -> type:
     from millrace_django.conformance.jobs.job_checkpoints import JobCheckpointFacts
     from millrace_django.conformance.jobs.limits import LimitFacts
     from millrace_django.conformance.jobs.next_due import NextDueFacts
-    from millrace_django.conformance.jobs.operating import DisabledRecurringFacts, RunNowFacts
+    from millrace_django.conformance.jobs.operating import (
+        DisabledRecurringFacts,
+        RecurringEditFacts,
+        RunNowFacts,
+    )
     from millrace_django.conformance.jobs.operations import (
         DeleteJobFacts,
         PausedQueueFacts,
@@ -52,6 +56,7 @@ def _compose() -> type:
         RecurringFacts,
         OverlapFacts,
         DisabledRecurringFacts,
+        RecurringEditFacts,
         RunNowFacts,
         ExpiryFacts,
         NextDueFacts,

@@ -1,4 +1,4 @@
-"""What operators do to waiting work: run a delayed job now, disable and enable a
+"""What operators do to waiting work: run a delayed job now; disable, enable and edit a
 recurring definition."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
@@ -14,6 +14,7 @@ from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
+    assert_same_invocation,
     claim,
     claim_one,
     define_recurring,
@@ -25,8 +26,10 @@ from millrace_django.conformance.support import (
 )
 from millrace_django.contract import (
     FireOutcome,
+    Invocation,
     JobRecord,
     JobState,
+    OverlapPolicy,
     RecurringQuery,
     RecurringRecord,
     TenantFilter,
@@ -209,3 +212,97 @@ class DisabledRecurringFacts(FactGroup):
         assert store.jobs.enable_recurring(fresh.id, clock.now() + timedelta(hours=1))
         store.jobs.upsert_recurring(fresh)
         assert stored_recurring(store, fresh.id).enabled is True
+
+
+def _edit(store: StoreUnderTest, record: RecurringRecord, **changes: Any) -> bool:
+    """Edit ``record``'s stored definition: its own schedule and invocation unless changed."""
+    values: dict[str, Any] = {
+        "cron": record.cron,
+        "timezone": record.timezone,
+        "invocation": record.invocation,
+        "next_fire_time": record.next_fire_time + timedelta(days=30),
+    }
+    values.update(changes)
+    return store.jobs.edit_recurring(record.id, **values)
+
+
+class RecurringEditFacts(FactGroup):
+    heading: ClassVar[str] = "Recurring edits"
+
+    def test_an_edit_writes_schedule_and_arguments_and_keeps_every_other_field(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """An edit writes the cron, time zone, invocation and next fire time (the schedule
+        changed) and keeps queue, priority, retry, tenant, overlap, fire history and the
+        enabled flag."""
+        definition = define_recurring(
+            store, clock, priority=4, tenant_id="acme", overlap=OverlapPolicy.SKIP
+        )
+        assert _fire(store, clock, definition) is FireOutcome.FIRED
+        assert store.jobs.disable_recurring(definition.id)
+        before = stored_recurring(store, definition.id)
+        clock.advance(timedelta(minutes=3))
+        invocation = Invocation(target="conformance.edited:run", args=["Zoë", 2])
+        resume_at = clock.now() + timedelta(hours=5)
+
+        edited = _edit(
+            store,
+            before,
+            cron="15 4 * * *",
+            timezone="Europe/Paris",
+            invocation=invocation,
+            next_fire_time=resume_at,
+        )
+
+        assert edited is True
+        after = stored_recurring(store, definition.id)
+        assert (after.cron, after.timezone) == ("15 4 * * *", "Europe/Paris")
+        assert_same_invocation(after.invocation, invocation)
+        assert (after.next_fire_time, after.updated_at) == (resume_at, clock.now())
+        kept = ("queue", "priority", "retry", "tenant_id", "overlap", "last_fire_time")
+        for name in (*kept, "fired_job_id", "last_skip_time", "enabled", "created_at"):
+            assert getattr(after, name) == getattr(before, name), name
+
+    def test_an_edit_of_the_arguments_alone_keeps_the_pending_fire_time(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """An edit with the stored cron and time zone keeps next_fire_time, whatever it is given."""
+        definition = define_recurring(store, clock)
+
+        assert _edit(store, definition, invocation=Invocation(target="conformance.other:run"))
+
+        after = stored_recurring(store, definition.id)
+        assert after.next_fire_time == definition.next_fire_time
+        assert after.invocation.target == "conformance.other:run"
+
+    def test_an_edit_of_an_unknown_or_removed_definition_creates_nothing(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Edit returns False for an id never stored or removed, and stores nothing."""
+        definition = define_recurring(store, clock)
+        assert store.jobs.remove_recurring(definition.id)
+
+        assert _edit(store, definition, cron="*/5 * * * *") is False
+        assert store.jobs.get_recurring(definition.id) is None
+
+    def test_an_edit_racing_fires_never_rewinds_or_loses_the_fire(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """An arguments edit racing 7 fires of one occurrence: one fire wins, its next fire
+        time stands, and the edit's arguments are stored."""
+        invocation = Invocation(target="conformance.raced:run", kwargs={"n": 1})
+        for round_number in range(ROUNDS):
+            definition = define_recurring(store, clock, f"edit-race-{round_number}")
+            actions: list[Callable[[], object]] = [
+                partial(_fire, store, clock, definition) for _ in range(RACERS - 1)
+            ]
+            edit = partial(_edit, store, definition, invocation=invocation)
+            actions.insert(round_number % RACERS, edit)
+
+            outcomes = race(store, actions)
+
+            assert outcomes.count(FireOutcome.FIRED) == 1
+            stored = stored_recurring(store, definition.id)
+            assert stored.next_fire_time == definition.next_fire_time + timedelta(days=1)
+            assert stored.last_fire_time == definition.next_fire_time
+            assert_same_invocation(stored.invocation, invocation)

@@ -29,6 +29,7 @@ from millrace_django.contract import (
     DuplicatePolicy,
     FireOutcome,
     InstanceState,
+    Invocation,
     JobAttempt,
     JobRecord,
     JobState,
@@ -504,6 +505,30 @@ class MemoryJobStore:
                     created_at=stored.created_at,
                 )
             log.set(log.tables.recurring, record.id, record)
+
+    def edit_recurring(
+        self,
+        recurring_id: str,
+        cron: str,
+        timezone: str,
+        invocation: Invocation,
+        next_fire_time: datetime,
+    ) -> bool:
+        with self._atomic() as log:
+            stored = log.tables.recurring.get(recurring_id)
+            if stored is None:
+                return False
+            same_schedule = (stored.cron, stored.timezone) == (cron, timezone)
+            edited = replace(
+                stored,
+                cron=cron,
+                timezone=timezone,
+                invocation=invocation,
+                next_fire_time=stored.next_fire_time if same_schedule else next_fire_time,
+                updated_at=self.clock.now(),
+            )
+            log.set(log.tables.recurring, recurring_id, edited)
+            return True
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None:
         with self._reading() as tables:

@@ -18,6 +18,7 @@ from millrace_django.contract import (
     CheckpointReport,
     ClaimRequest,
     FireOutcome,
+    Invocation,
     JobLogLine,
     JobRecord,
     JobState,
@@ -35,7 +36,12 @@ from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries, steps, tags, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
-from millrace_django.storage.orm.rows import job_record, recurring_fields, recurring_record
+from millrace_django.storage.orm.rows import (
+    arguments_json,
+    job_record,
+    recurring_fields,
+    recurring_record,
+)
 from millrace_django.storage.orm.transactions import InsertConflict
 from millrace_django.storage.orm.transitions import (
     apply_transition,
@@ -457,6 +463,33 @@ class OrmJobs:
             self._ctx.recurring().filter(id=record.id).update(**fields)
 
         self._ctx.tx.write(upsert)
+
+    def edit_recurring(
+        self,
+        recurring_id: str,
+        cron: str,
+        timezone: str,
+        invocation: Invocation,
+        next_fire_time: datetime,
+    ) -> bool:
+        def edit() -> bool:
+            definition = self._ctx.recurring().filter(id=recurring_id)
+            schedule = definition.select_for_update().values_list("cron", "timezone").first()
+            if schedule is None:
+                return False
+            fields: dict[str, Any] = {
+                "cron": cron,
+                "timezone": timezone,
+                "target": invocation.target,
+                "arguments": arguments_json(invocation),
+                "updated_at": self._ctx.clock.now(),
+            }
+            if schedule != (cron, timezone):
+                fields["next_fire_time"] = next_fire_time
+            definition.update(**fields)
+            return True
+
+        return self._ctx.tx.write(edit)
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None:
         row = self._ctx.tx.read(lambda: self._ctx.recurring().filter(id=recurring_id).first())
