@@ -300,3 +300,11 @@ def test_every_reference_in_the_openapi_document_resolves():
     text = json.dumps(document)
     for name in set(re.findall(r'"#/components/schemas/(\w+)"', text)):
         assert name in document["components"]["schemas"], name
+
+
+def test_a_job_detail_carries_exactly_the_fields_its_schema_lists(operator: Client, world):
+    schemas = schema()["components"]["schemas"]
+    summary, details = schemas["JobDetails"]["allOf"]
+    described = {*schemas["JobSummary"]["properties"], *details["properties"]}
+    for job_id in (world.report, world.dead):
+        assert set(get(operator, f"/jobs/{job_id}").json()) == set(described)
