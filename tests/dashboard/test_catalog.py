@@ -62,3 +62,13 @@ def test_the_catalog_is_refused_to_a_visitor_without_the_view_permission(
 ):
     assert staff_without_permissions.get(reverse("millrace_dashboard:catalog")).status_code == 404
     assert staff_without_permissions.get(f"{API}/catalog").status_code == 404
+
+
+def test_the_jobs_list_and_the_job_page_link_to_the_catalog(viewer: Client, world: World):
+    function_url = reverse("millrace_dashboard:catalog-function", args=[IMPORT])
+    listed = viewer.get(reverse("millrace_dashboard:jobs"), {"target": IMPORT}).content.decode()
+    job = viewer.get(reverse("millrace_dashboard:job", args=[world.dead])).content.decode()
+
+    assert f'href="{reverse("millrace_dashboard:catalog")}"' in listed
+    assert f'href="{function_url}"' in listed
+    assert f'href="{function_url}"' in job
