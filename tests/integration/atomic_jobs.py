@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from millrace_django import job
 
@@ -34,6 +34,15 @@ def bump_slowly(alias: str, name: str, seconds: float) -> None:
     """:func:`bump`, then ``seconds`` more inside the transaction (a long atomic job)."""
     bump(alias, name)
     time.sleep(seconds)
+
+
+@job(atomic=True)
+def bump_then_break(alias: str, name: str) -> None:
+    """:func:`bump`, then a failed statement swallowed: on PostgreSQL the transaction
+    is left aborted, so the job's success cannot be written."""
+    bump(alias, name)
+    with connections[alias].cursor() as cursor, suppress(DatabaseError):
+        cursor.execute("SELECT * FROM millrace_no_such_table")
 
 
 @contextmanager

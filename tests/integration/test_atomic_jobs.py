@@ -237,3 +237,22 @@ def _lease_until(alias: str, job_id: UUID) -> datetime:
     lease_until = Job.objects.using(alias).get(uuid=job_id).lease_until
     assert lease_until is not None
     return lease_until
+
+
+@pytest.mark.parametrize("server", [alias for alias in SERVERS if alias == "postgres"])
+def test_an_atomic_job_whose_success_cannot_be_written_fails_with_its_writes_undone(
+    server: str, clock: FakeClock
+) -> None:
+    with atomic_jobs.counter_table(server, COUNTER):
+        client = client_on(server, clock)
+        client.enqueue(atomic_jobs.bump_then_break, server, COUNTER)
+        claimed = claim(client, "a")
+
+        outcome = run(client, claimed)
+
+        assert outcome.written is None  # the failure is written the usual way
+        assert outcome.transition is not None and outcome.transition.target is JobState.DEAD
+        assert outcome.error is not None and "aborted" in str(outcome.error)
+        assert atomic_jobs.count(server, COUNTER) == 0
+        assert client.storage.apply(outcome.transition)
+        Job.objects.using(server).all().delete()
