@@ -39,13 +39,14 @@ def tick() -> str:
     return "tick"
 
 
-@job
+@job(tags=["billing"])
 def build_invoice(order_id: str) -> dict[str, str]:
-    """The first step of a continuation."""
+    """The first step of a continuation; tagged, like ``email_invoice``: the jobs list
+    filters by tag (``?tag=billing``)."""
     return {"order": order_id, "invoice": f"INV-{order_id}"}
 
 
-@job(queue="emails")
+@job(queue="emails", tags=["billing", "email"])
 def email_invoice(order_id: str) -> str:
     """Continuation: runs only after ``build_invoice`` succeeded."""
     return f"invoice for order {order_id} sent"
