@@ -217,6 +217,8 @@ def test_a_long_atomic_job_keeps_its_lease_renewed_while_its_transaction_is_open
         record = client.storage.get_job(job_id)
         assert record is not None and record.attempt == 1  # never taken over
         assert owner.stats.fence_lost == 0 and rival.stats.claimed == 0
+        assert owner.stats.acknowledged == {JobState.SUCCEEDED: 1}  # written by the job
+        assert owner.stats.in_flight == 0
         assert atomic_jobs.count(server, COUNTER) == 1
         Job.objects.using(server).all().delete()
 
@@ -256,3 +258,22 @@ def test_an_atomic_job_whose_success_cannot_be_written_fails_with_its_writes_und
         assert atomic_jobs.count(server, COUNTER) == 0
         assert client.storage.apply(outcome.transition)
         Job.objects.using(server).all().delete()
+
+
+def test_an_atomic_job_cannot_checkpoint_and_fails_with_its_write_undone(
+    alias: str, clock: FakeClock
+) -> None:
+    """Its writes roll back with a failure, so its retry starts afresh anyway; and the
+    checkpoint's write would lock the job's row in its transaction until it ends, so
+    that its worker's heartbeat could not renew its leases meanwhile."""
+    client = client_on(alias, clock)
+    client.enqueue(atomic_jobs.bump_and_checkpoint, alias, COUNTER)
+    claimed = claim(client, "a")
+
+    outcome = run(client, claimed)
+
+    assert isinstance(outcome.error, RuntimeError)
+    assert "an atomic job cannot save a checkpoint" in str(outcome.error)
+    assert atomic_jobs.count(alias, COUNTER) == 0
+    assert outcome.transition is not None and client.storage.apply(outcome.transition)
+    assert stored(client, claimed).checkpoint is None
