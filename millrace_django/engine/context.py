@@ -119,6 +119,7 @@ class JobContext:
         self._logs: list[LogLine] = []
         self._last_checkpoint = last_checkpoint
         self._save_checkpoint = save_checkpoint
+        self._no_checkpoints = "this context has no storage to save a checkpoint in"
 
     @classmethod
     def for_job(
@@ -211,13 +212,19 @@ class JobContext:
                 f"{MAX_CHECKPOINT_BYTES}; store the data elsewhere and checkpoint its key"
             )
         if self._save_checkpoint is None:
-            raise RuntimeError("this context has no storage to save a checkpoint in")
+            raise RuntimeError(self._no_checkpoints)
         if not self._save_checkpoint(data):
             self.cancel(CancelReason.LEASE_LOST)
             return False
         with self._lock:
             self._last_checkpoint = data
         return True
+
+    def refuse_checkpoints(self, reason: str) -> None:
+        """Have :meth:`checkpoint` raise ``RuntimeError(reason)`` from now on (worker
+        side: a job whose checkpoint could not be kept, or not written safely)."""
+        self._save_checkpoint = None
+        self._no_checkpoints = reason
 
     # -- progress and logs ----------------------------------------------------------------
 

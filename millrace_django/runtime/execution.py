@@ -54,6 +54,12 @@ logger = logging.getLogger(__name__)
 REMERGE_ATTEMPTS = 5
 """Re-merges of a conflicting workflow checkpoint before the job is released."""
 
+ATOMIC_CHECKPOINT = (
+    "an atomic job cannot save a checkpoint: a failed attempt's writes roll back, so its "
+    "retry starts afresh anyway, and the write would lock the job's row until the job "
+    "ends (its worker could not renew its leases meanwhile)"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -186,15 +192,15 @@ def _atomically(
 ) -> Outcome:
     """Run an atomic job's ``attempt`` in a transaction of its storage, applying a
     success in that transaction, after the progress it buffered; anything else rolls
-    back. A success whose fence was lost comes back ``written=False``; one whose
-    workflow checkpoint still conflicts after its re-merges is released (to run again,
-    as its writes were undone). A success that cannot be written or committed (the
-    job left its transaction broken, a deferred constraint failed at commit, the
-    connection dropped) is the attempt's failure: its writes are gone, or, if the
-    commit did land, the failure's fence is lost. A transaction that cannot even begin
-    raises: the job did not run, and its lease will lapse."""
+    back. A success whose fence was lost comes back ``written=False``. A success that
+    cannot be written or committed (the job left its transaction broken, a deferred
+    constraint failed at commit, the connection dropped) is the attempt's failure: its
+    writes are gone, or, if the commit did land, the failure's fence is lost. A
+    transaction that cannot even begin raises: the job did not run, and its lease will
+    lapse."""
     storage = cast("JobStorage", context.storage)  # one that joins (refused in _start)
     transactions = cast("JoinableTransactions", storage)
+    context.refuse_checkpoints(ATOMIC_CHECKPOINT)
     ran = False
     try:
         with transactions.transaction():
@@ -204,11 +210,8 @@ def _atomically(
             if transition is None or transition.target is not JobState.SUCCEEDED:
                 raise _RolledBack(outcome)
             flush_progress(storage, job, context)
-            transition, written = _apply_success(storage, job, context, transition)
-            if written is False:
+            if not storage.apply(transition):
                 raise _RolledBack(Outcome(transition, written=False))
-            if written is not True or transition.target is not JobState.SUCCEEDED:
-                raise _RolledBack(Outcome(outcomes.released(job)))
         return Outcome(transition, written=True)
     except _RolledBack as rolled_back:
         return rolled_back.outcome
@@ -220,17 +223,6 @@ def _atomically(
             job, error, clock=clock, config=config, observers=observers_of(job)
         )
         return Outcome(failure, error)
-
-
-def _apply_success(
-    storage: JobStorage, job: JobRecord, context: JobContext, transition: JobTransition
-) -> tuple[JobTransition, bool | StorageError]:
-    """Apply an atomic job's success inside its transaction (a savepoint of it),
-    re-merging a workflow checkpoint that lost its revision race."""
-    try:
-        return transition, storage.apply(transition)
-    except ConcurrencyConflict as conflict:
-        return remerge(storage, job, context, transition, conflict)
 
 
 def _start(

@@ -10,7 +10,7 @@ from contextlib import contextmanager, suppress
 
 from django.db import DatabaseError, connections
 
-from millrace_django import job
+from millrace_django import JobContext, job
 
 TABLE = "millrace_test_counter"
 
@@ -67,3 +67,10 @@ def count(alias: str, name: str) -> int:
         cursor.execute(f"SELECT n FROM {TABLE} WHERE name = %s", [name])
         (value,) = cursor.fetchone()
     return int(value)
+
+
+@job(atomic=True)
+def bump_and_checkpoint(alias: str, name: str, context: JobContext) -> None:
+    """:func:`bump`, then a checkpoint (which an atomic job may not save)."""
+    bump(alias, name)
+    context.checkpoint(1)
