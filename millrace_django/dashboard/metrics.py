@@ -28,7 +28,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])
     families = collect(
-        services.monitoring(),
+        services.job_storage(),
         now=services.now(),
         queues=services.configured_queues(),
         gone_before=services.gone_before(),

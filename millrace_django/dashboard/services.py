@@ -17,9 +17,9 @@ from millrace_django import wiring
 from millrace_django.conf import get_settings
 from millrace_django.contract import (
     JSON,
-    JobStorage,
     LimitUsage,
     MonitoringStorage,
+    Storage,
     WorkerHeartbeat,
     WorkflowInstanceRecord,
 )
@@ -67,7 +67,8 @@ THROUGHPUT_MINUTES = 60
 """Minutes the overview's throughput chart covers (the current one included)."""
 
 
-def job_storage() -> JobStorage:
+def job_storage() -> Storage:
+    """The configured storage, whole (job, workflow and monitoring operations)."""
     return wiring.storage()
 
 

@@ -13,11 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from millrace_django.contract import (
-    MonitoringStorage,
-    RecurringQuery,
-    TenantFilter,
-)
+from millrace_django.contract import Storage, TenantFilter
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -71,7 +67,7 @@ def render(families: Iterable[Family]) -> str:
 
 
 def collect(
-    storage: MonitoringStorage,
+    storage: Storage,
     *,
     now: datetime,
     queues: Collection[str],
@@ -111,8 +107,9 @@ def collect(
         "millrace_recurring_next_fire_lag_seconds",
         "Seconds the most overdue recurring definition is past its fire time (0: none is).",
     )
-    earliest = storage.query_recurring(RecurringQuery(limit=1)).items
-    lag.add(max((now - earliest[0].next_fire_time).total_seconds(), 0.0) if earliest else 0)
+    # The most overdue of those due: a disabled or held-back definition is not late.
+    due = storage.get_due_recurring(now, 1)
+    lag.add(max((now - due[0].next_fire_time).total_seconds(), 0.0) if due else 0)
     families = [jobs, depth, age, instances, recurring, overdue, lag]
     families += _queue_pauses(storage, names)
     families += _workers(storage, gone_before)
