@@ -487,7 +487,7 @@ def recurring(request: HttpRequest) -> HttpResponse:
             last_local=_in_zone(item.last_fire_time, item.timezone)
             if item.last_fire_time
             else None,
-            overdue=item.next_fire_time <= now,
+            overdue=item.enabled and item.next_fire_time <= now,
             skipped_local=_in_zone(item.last_skip_time, item.timezone)
             if item.last_skip_time
             else None,
