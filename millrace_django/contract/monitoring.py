@@ -222,11 +222,11 @@ class JobDetails:
     last_error: str | None
     result: JSON
     progress: JSON
+    checkpoint: JSON = None
+    """The job's own checkpoint, as its latest attempt to save one left it."""
     logs: Sequence[JobLogLine]
     """Oldest first, at most :data:`LOG_LINE_CAP` (the newest)."""
     lease_until: datetime | None
-    checkpoint: JSON = None
-    """The job's own checkpoint, as its latest attempt to save one left it."""
     cancel_requested: bool
     attempts: Sequence[JobAttempt]
     """Newest first, at most :data:`ATTEMPT_HISTORY_CAP`."""

@@ -35,6 +35,9 @@ class JobStatus:
     """When it succeeded, died or was cancelled (UTC)."""
     tags: tuple[str, ...] = ()
     """The labels it was created with (``@job(tags=...)``/``using``), sorted."""
+    checkpoint: JSON = None
+    """What a run saved last with ``context.checkpoint()`` (kept after success);
+    ``None`` if none did."""
 
     @property
     def finished(self) -> bool:
@@ -54,6 +57,7 @@ class JobStatus:
             created_at=record.created_at,
             finished_at=record.finished_at,
             tags=record.tags,
+            checkpoint=record.checkpoint,
         )
 
 

@@ -31,6 +31,8 @@ def test_the_retry_resumes_from_the_checkpoint_the_failed_attempt_saved(
     done = runner.assert_succeeded(job_id)
     assert done.result == 6
     assert done.checkpoint == 10  # kept after success, for the dashboard
+    status = runner.client.get(job_id)
+    assert status is not None and status.checkpoint == 10
     assert board.calls == [("resumable", 1, 0), ("resumable", 2, 6)]
 
 
