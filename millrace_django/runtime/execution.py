@@ -54,6 +54,12 @@ logger = logging.getLogger(__name__)
 REMERGE_ATTEMPTS = 5
 """Re-merges of a conflicting workflow checkpoint before the job is released."""
 
+ATOMIC_CHECKPOINT = (
+    "an atomic job cannot save a checkpoint: a failed attempt's writes roll back, so its "
+    "retry starts afresh anyway, and the write would lock the job's row until the job "
+    "ends (its worker could not renew its leases meanwhile)"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -194,6 +200,7 @@ def _atomically(
     lapse."""
     storage = cast("JobStorage", context.storage)  # one that joins (refused in _start)
     transactions = cast("JoinableTransactions", storage)
+    context.refuse_checkpoints(ATOMIC_CHECKPOINT)
     ran = False
     try:
         with transactions.transaction():
