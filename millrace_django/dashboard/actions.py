@@ -192,7 +192,16 @@ _RECURRING_DONE: dict[RecurringAction, tuple[Callable[[JobClient, str], bool], s
 
 def act_on_recurring(recurring_id: str, action: RecurringAction) -> Outcome:
     method, done = _RECURRING_DONE[action]
-    if method(services.jobs(), recurring_id):
+    try:
+        acted = method(services.jobs(), recurring_id)
+    except InvalidCron as error:  # stored by an older version that parsed it
+        return Outcome(
+            False,
+            409,
+            f"Recurring job {recurring_id!r} has a schedule that no longer parses "
+            f"({error}): edit its cron first.",
+        )
+    if acted:
         return Outcome(True, 200, f"Recurring job {recurring_id!r} {done}")
     return _unknown_recurring(recurring_id)
 

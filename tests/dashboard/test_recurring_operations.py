@@ -5,6 +5,7 @@ with a message (a 400, nothing stored changed), never a 500."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 from django.test import Client
@@ -180,3 +181,15 @@ def test_other_actions_leave_their_audit_lines_too(operator, world, caplog):
         "operator signal paid/nobody",
     ]
     assert lines[-1].startswith("operator signal paid/nobody: 404 No workflow instance")
+
+
+def test_enabling_a_definition_whose_stored_cron_no_longer_parses_is_a_409(operator, world, runner):
+    stored = runner.storage.get_recurring(world.recurring_id)
+    runner.storage.upsert_recurring(replace(stored, id="legacy", cron="0 3 * * * *"))
+    assert runner.storage.disable_recurring("legacy")
+
+    response = post(operator, "/recurring/legacy/enable")
+
+    assert response.status_code == 409
+    assert "edit its cron first" in response.json()["detail"]
+    assert runner.storage.get_recurring("legacy").enabled is False
