@@ -39,11 +39,11 @@ from millrace_django.contract.records import (
     CheckpointReport,
     ClaimRequest,
     FireOutcome,
-    Invocation,
     JobRecord,
     JobTransition,
     NewInstance,
     ProgressReport,
+    RecurringChange,
     RecurringRecord,
     ResumeJobs,
     WorkerHeartbeat,
@@ -270,18 +270,11 @@ class JobStorage(Protocol):
         ``record`` on insert only)."""
         ...
 
-    def edit_recurring(
-        self,
-        recurring_id: str,
-        cron: str,
-        timezone: str,
-        invocation: Invocation,
-        next_fire_time: datetime,
-    ) -> bool:
-        """An operator's edit of a stored definition, in one atom: cron, time zone,
-        invocation and ``updated_at = now`` written; ``next_fire_time`` taken only if the
-        schedule (cron or time zone) changed; every other field kept. An unknown id:
-        ``False``, nothing stored (an edit never creates a definition)."""
+    def edit_recurring(self, recurring_id: str, change: RecurringChange) -> bool:
+        """An operator's edit of a stored definition, in one atom: ``change``'s cron, time
+        zone and invocation and ``updated_at = now`` written; its ``next_fire_time`` taken
+        only if the schedule (cron or time zone) changed; every other field kept. An
+        unknown id: ``False``, nothing stored (an edit never creates a definition)."""
         ...
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None: ...

@@ -339,6 +339,18 @@ class RecurringRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RecurringChange:
+    """An operator's edit of a stored definition: its schedule and what it runs.
+    ``next_fire_time`` is the new schedule's first occurrence after now (stored only if
+    the schedule changed)."""
+
+    cron: str
+    timezone: str
+    invocation: Invocation
+    next_fire_time: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerHeartbeat:
     """One worker's row in the registry, written on each of its heartbeats.
 

@@ -47,7 +47,7 @@ from millrace_django.engine.expiry import Expiry, deadline, expiry_of
 from millrace_django.engine.invocation import capture
 from millrace_django.engine.limits import job_limits, keyed
 from millrace_django.engine.recurring import (
-    edited,
+    change_of,
     first_fire_time,
     following_fire_time,
     occurrence,
@@ -315,7 +315,7 @@ class JobClient:
         if record is None:
             return False
         arguments = None if args is None and kwargs is None else (args or (), kwargs or {})
-        edit = edited(
+        change = change_of(
             record,
             self.clock.now(),
             cron=cron,
@@ -323,9 +323,7 @@ class JobClient:
             arguments=arguments,
             max_bytes=self.config.max_arguments_bytes,
         )
-        return self.storage.edit_recurring(
-            recurring_id, edit.cron, edit.timezone, edit.invocation, edit.next_fire_time
-        )
+        return self.storage.edit_recurring(recurring_id, change)
 
     # -- reading and managing jobs --------------------------------------------------------
 

@@ -9,13 +9,12 @@ fire).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from millrace_django.clock import Clock
-from millrace_django.contract import JobRecord, JobState, Limit, RecurringRecord
+from millrace_django.contract import JobRecord, JobState, Limit, RecurringChange, RecurringRecord
 from millrace_django.engine.cron import CronSchedule
 from millrace_django.engine.errors import InvalidCron
 from millrace_django.engine.expiry import deadline
@@ -71,7 +70,7 @@ def first_fire_time(schedule: CronSchedule, now: datetime) -> datetime:
     return following
 
 
-def edited(
+def change_of(
     record: RecurringRecord,
     now: datetime,
     *,
@@ -79,10 +78,10 @@ def edited(
     timezone: str | None = None,
     arguments: tuple[Sequence[Any], Mapping[str, Any]] | None = None,
     max_bytes: int,
-) -> RecurringRecord:
-    """``record`` with a new schedule and/or new arguments (``(args, kwargs)``, replacing
-    the stored ones whole), validated exactly as an upsert validates them (what
-    ``JobStorage.edit_recurring`` is given): raises
+) -> RecurringChange:
+    """The edit of ``record`` to a new schedule and/or new arguments (``(args, kwargs)``,
+    replacing the stored ones whole; ``None`` keeps what is stored), validated exactly
+    as an upsert validates them: raises
     :class:`~millrace_django.engine.errors.InvalidCron` (or ``UnknownTimezone``), and
     for arguments that do not fit the function as deployed ``InvalidJobArguments``,
     ``ArgumentsTooLarge`` or ``UnresolvableTarget``. A changed schedule fires next
@@ -95,11 +94,9 @@ def edited(
         args, kwargs = arguments
         definition = resolve(record.invocation.target)
         invocation = capture(definition, tuple(args), dict(kwargs), max_bytes=max_bytes)
-    return replace(
-        record,
+    return RecurringChange(
         cron=schedule.expression,
         timezone=schedule.timezone,
         invocation=invocation,
         next_fire_time=first_fire_time(schedule, now),
-        updated_at=now,
     )

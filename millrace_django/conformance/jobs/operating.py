@@ -30,6 +30,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     OverlapPolicy,
+    RecurringChange,
     RecurringQuery,
     RecurringRecord,
     TenantFilter,
@@ -222,8 +223,7 @@ def _edit(store: StoreUnderTest, record: RecurringRecord, **changes: Any) -> boo
         "invocation": record.invocation,
         "next_fire_time": record.next_fire_time + timedelta(days=30),
     }
-    values.update(changes)
-    return store.jobs.edit_recurring(record.id, **values)
+    return store.jobs.edit_recurring(record.id, RecurringChange(**(values | changes)))
 
 
 class RecurringEditFacts(FactGroup):

@@ -29,7 +29,6 @@ from millrace_django.contract import (
     DuplicatePolicy,
     FireOutcome,
     InstanceState,
-    Invocation,
     JobAttempt,
     JobRecord,
     JobState,
@@ -37,6 +36,7 @@ from millrace_django.contract import (
     NewInstance,
     OverlapPolicy,
     ProgressReport,
+    RecurringChange,
     RecurringRecord,
     ResumeJobs,
     WorkerHeartbeat,
@@ -506,25 +506,18 @@ class MemoryJobStore:
                 )
             log.set(log.tables.recurring, record.id, record)
 
-    def edit_recurring(
-        self,
-        recurring_id: str,
-        cron: str,
-        timezone: str,
-        invocation: Invocation,
-        next_fire_time: datetime,
-    ) -> bool:
+    def edit_recurring(self, recurring_id: str, change: RecurringChange) -> bool:
         with self._atomic() as log:
             stored = log.tables.recurring.get(recurring_id)
             if stored is None:
                 return False
-            same_schedule = (stored.cron, stored.timezone) == (cron, timezone)
+            same_schedule = (stored.cron, stored.timezone) == (change.cron, change.timezone)
             edited = replace(
                 stored,
-                cron=cron,
-                timezone=timezone,
-                invocation=invocation,
-                next_fire_time=stored.next_fire_time if same_schedule else next_fire_time,
+                cron=change.cron,
+                timezone=change.timezone,
+                invocation=change.invocation,
+                next_fire_time=stored.next_fire_time if same_schedule else change.next_fire_time,
                 updated_at=self.clock.now(),
             )
             log.set(log.tables.recurring, recurring_id, edited)

@@ -18,13 +18,13 @@ from millrace_django.contract import (
     CheckpointReport,
     ClaimRequest,
     FireOutcome,
-    Invocation,
     JobLogLine,
     JobRecord,
     JobState,
     JobTransition,
     OverlapPolicy,
     ProgressReport,
+    RecurringChange,
     RecurringRecord,
     WorkerHeartbeat,
     expired_reason,
@@ -464,28 +464,21 @@ class OrmJobs:
 
         self._ctx.tx.write(upsert)
 
-    def edit_recurring(
-        self,
-        recurring_id: str,
-        cron: str,
-        timezone: str,
-        invocation: Invocation,
-        next_fire_time: datetime,
-    ) -> bool:
+    def edit_recurring(self, recurring_id: str, change: RecurringChange) -> bool:
         def edit() -> bool:
             definition = self._ctx.recurring().filter(id=recurring_id)
             schedule = definition.select_for_update().values_list("cron", "timezone").first()
             if schedule is None:
                 return False
             fields: dict[str, Any] = {
-                "cron": cron,
-                "timezone": timezone,
-                "target": invocation.target,
-                "arguments": arguments_json(invocation),
+                "cron": change.cron,
+                "timezone": change.timezone,
+                "target": change.invocation.target,
+                "arguments": arguments_json(change.invocation),
                 "updated_at": self._ctx.clock.now(),
             }
-            if schedule != (cron, timezone):
-                fields["next_fire_time"] = next_fire_time
+            if schedule != (change.cron, change.timezone):
+                fields["next_fire_time"] = change.next_fire_time
             definition.update(**fields)
             return True
 

@@ -23,7 +23,6 @@ from millrace_django.contract import (
     FireOutcome,
     InstanceQuery,
     InstanceSummary,
-    Invocation,
     JobDetails,
     JobQuery,
     JobRecord,
@@ -34,6 +33,7 @@ from millrace_django.contract import (
     NewInstance,
     Page,
     ProgressReport,
+    RecurringChange,
     RecurringQuery,
     RecurringRecord,
     RecurringSummary,
@@ -206,15 +206,8 @@ class DjangoStorage:
     def upsert_recurring(self, record: RecurringRecord) -> None:
         self._jobs.upsert_recurring(record)
 
-    def edit_recurring(
-        self,
-        recurring_id: str,
-        cron: str,
-        timezone: str,
-        invocation: Invocation,
-        next_fire_time: datetime,
-    ) -> bool:
-        return self._jobs.edit_recurring(recurring_id, cron, timezone, invocation, next_fire_time)
+    def edit_recurring(self, recurring_id: str, change: RecurringChange) -> bool:
+        return self._jobs.edit_recurring(recurring_id, change)
 
     def get_recurring(self, recurring_id: str) -> RecurringRecord | None:
         return self._jobs.get_recurring(recurring_id)
