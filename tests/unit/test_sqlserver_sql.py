@@ -390,8 +390,9 @@ def test_the_next_due_time_reads_the_head_of_each_index_range_against_the_clocks
     assert set(jobs_params) == {Code.SCHEDULED, Code.FAILED, NOW}
     assert recurring_sql.startswith("SELECT TOP 1 [millrace_recurring].[next_fire_time]")
     assert "[millrace_recurring].[next_fire_time] > %s" in recurring_sql
+    assert "[millrace_recurring].[enabled] = %s" in recurring_sql  # a disabled one never fires
     assert order_by(recurring_sql) == "1 ASC"  # 1: the selected next_fire_time
-    assert recurring_params == (NOW,)
+    assert recurring_params == (True, NOW)
     for sql in (jobs_sql, recurring_sql):
         assert "LOCK" not in sql and "READPAST" not in sql, "a plain read takes no locks"
 
