@@ -64,6 +64,11 @@ REPORT_INTERVAL = 0.2
 _WATCH_INTERVAL = 0.1
 """How often the waiting worker thread looks at its context's cancellation (seconds)."""
 
+CHILD_START_UP = 60.0
+"""Seconds a child may take to start (a fresh interpreter setting Django up: about a
+second here, several on a loaded machine) before the job's function runs, whatever its
+hard timeout: the limit counts the job's own run, not the interpreter's start."""
+
 type ChildSetup = Callable[[], None]
 """Run first in the child (picklable: the parent sends it); sets the host up."""
 
@@ -180,7 +185,7 @@ def _await(process: BaseProcess, ours: Connection, context: JobContext, limit: t
     :class:`HardTimeoutExceeded`) or :data:`KILL_GRACE` seconds after a forwarded
     cancellation (raising :class:`JobCancelled`; the reason decides the outcome)."""
     seconds = limit.total_seconds()
-    overrun = time.monotonic() + seconds  # from the start, until the function starts
+    overrun = time.monotonic() + max(seconds, CHILD_START_UP)  # until the function starts
     cancelled: CancelReason | None = None
     grace_ends = float("inf")
     while True:

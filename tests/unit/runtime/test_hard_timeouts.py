@@ -50,6 +50,16 @@ def test_a_hanging_job_is_killed_at_its_hard_timeout_and_the_thread_runs_the_nex
     assert wait_for_state(storage, following, JobState.SUCCEEDED).result == "after"
 
 
+def test_a_hard_timeout_shorter_than_the_childs_start_up_counts_only_the_run(
+    client: JobClient, storage: MemoryStorage, start_worker: StartWorker
+) -> None:
+    # Starting the child interpreter takes about a second: a limit of a tenth of that
+    # would kill every attempt before its function ran, were the start-up counted.
+    job_id = child_jobs.report_and_return.using(hard_timeout=0.1).enqueue(2)
+    start_worker()
+    finished(storage, job_id, JobState.SUCCEEDED)
+
+
 def test_a_killed_attempt_follows_the_retry_policy(
     client: JobClient, storage: MemoryStorage, clock: FakeClock, start_worker: StartWorker
 ) -> None:
