@@ -188,15 +188,15 @@ def test_a_long_atomic_job_keeps_its_lease_renewed_while_its_transaction_is_open
     config = RuntimeSettings(
         queues=frozenset({"default"}),
         default_retry=Retry.none(),
-        lease=timedelta(seconds=1),
-        heartbeat=timedelta(milliseconds=200),
+        lease=timedelta(seconds=2),
+        heartbeat=timedelta(milliseconds=250),
         poll_max=timedelta(milliseconds=200),
         clock_sync=False,
     )
     storage = DjangoStorage(server, clock)
     client = JobClient(storage, clock, config)
-    with atomic_jobs.counter_table(server, COUNTER):
-        job_id = client.enqueue(atomic_jobs.bump_slowly, server, COUNTER, 2.5)
+    with atomic_jobs.counter_table(server, COUNTER):  # the job outlasts two leases
+        job_id = client.enqueue(atomic_jobs.bump_slowly, server, COUNTER, 5.0)
         owner, rival = (
             Worker(storage, clock, config, worker_id=name, hooks=connection_hooks(), tick=TICK)
             for name in ("owner", "rival")
@@ -207,7 +207,7 @@ def test_a_long_atomic_job_keeps_its_lease_renewed_while_its_transaction_is_open
         threads.append(threading.Thread(target=_run, args=(rival, server), daemon=True))
         threads[1].start()  # would take the job over if its lease lapsed
         first = _lease_until(server, job_id)
-        wait_until(lambda: _lease_until(server, job_id) > first, 2, "a renewal mid-run")
+        wait_until(lambda: _lease_until(server, job_id) > first, 3, "a renewal mid-run")
         wait_until(lambda: _state(server, job_id) is JobState.SUCCEEDED, 10, "the success")
         for worker in (owner, rival):
             worker.request_stop()
