@@ -16,6 +16,7 @@ from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     RACERS,
     ROUNDS,
+    claim,
     claim_one,
     enqueue,
     fail,
@@ -147,6 +148,34 @@ class DuplicatePolicyFacts(FactGroup):
         assert raised.value.holder_id == holder
         assert store.jobs.get_job(offer.id) is None
         assert stored_job(store, holder) == running
+
+    def test_a_replace_racing_the_holders_claim_never_rewrites_a_started_job(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A replace racing the holder's claim comes first (the claim runs the new call)
+        or raises; it never rewrites the job once claimed."""
+        for round_no in range(ROUNDS):
+            queue, key = f"claimed-{round_no}", f"claimed-{round_no}"
+            holder = enqueue(store, clock, queue=queue, idempotency_key=key, invocation=_call(0))
+            offer = make_job(
+                clock, queue=queue, idempotency_key=key, invocation=_call(1), on_duplicate=REPLACE
+            )
+            actions: list[Callable[[], object]] = [
+                partial(_offer_or_error, store, offer),
+                partial(claim, store, "w1", queues=[queue]),
+            ]
+
+            answer, claimed = race(store, actions)
+
+            assert isinstance(claimed, list)
+            stored = list(stored_job(store, holder).invocation.args)
+            if isinstance(answer, IdempotencyKeyHeld):  # the claim came first
+                assert [list(job.invocation.args) for job in claimed] == [[0]]
+                assert stored == [0]
+            else:  # the replace came first (a claim may skip the row it locks)
+                assert answer == holder
+                assert stored == [1]
+                assert [list(job.invocation.args) for job in claimed] in ([], [[1]])
 
     def test_racers_with_reject_leave_one_holder_and_the_others_its_id_on_the_error(
         self, store: StoreUnderTest, clock: FakeClock
