@@ -152,8 +152,9 @@ class DuplicatePolicyFacts(FactGroup):
     def test_a_replace_racing_the_holders_claim_never_rewrites_a_started_job(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A replace racing the holder's claim comes first (the claim runs the new call)
-        or raises; it never rewrites the job once claimed."""
+        """A replace racing the holder's claim comes first or raises: never after the claim.
+
+        Coming first, the claim runs the new call."""
         for round_no in range(ROUNDS):
             queue, key = f"claimed-{round_no}", f"claimed-{round_no}"
             holder = enqueue(store, clock, queue=queue, idempotency_key=key, invocation=_call(0))
