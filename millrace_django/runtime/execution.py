@@ -210,7 +210,11 @@ def _atomically(
             if transition is None or transition.target is not JobState.SUCCEEDED:
                 raise _RolledBack(outcome)
             flush_progress(storage, job, context)
-            if not storage.apply(transition):
+            # apply_many: a plain success takes the acknowledger's one-statement path.
+            (written,) = storage.apply_many([transition])
+            if isinstance(written, StorageError):
+                raise written
+            if not written:
                 raise _RolledBack(Outcome(transition, written=False))
         return Outcome(transition, written=True)
     except _RolledBack as rolled_back:

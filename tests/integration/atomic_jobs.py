@@ -30,6 +30,11 @@ def bump(alias: str, name: str, fail: bool = False) -> None:
 
 
 @job(atomic=True)
+def nothing() -> None:
+    """An atomic job with no writes of its own: what its success alone costs."""
+
+
+@job(atomic=True)
 def bump_slowly(alias: str, name: str, seconds: float) -> None:
     """:func:`bump`, then ``seconds`` more inside the transaction (a long atomic job)."""
     bump(alias, name)

@@ -20,6 +20,7 @@ from uuid import UUID
 import pytest
 from django.conf import settings
 from django.db import connections
+from django.test.utils import CaptureQueriesContext
 
 from millrace_django.clock import FakeClock, SystemClock
 from millrace_django.contract import ClaimRequest, JobRecord, JobState
@@ -277,3 +278,22 @@ def test_an_atomic_job_cannot_checkpoint_and_fails_with_its_write_undone(
     assert atomic_jobs.count(alias, COUNTER) == 0
     assert outcome.transition is not None and client.storage.apply(outcome.transition)
     assert stored(client, claimed).checkpoint is None
+
+
+@pytest.mark.parametrize("server", [alias for alias in SERVERS if alias == "postgres"])
+def test_an_atomic_jobs_success_is_one_statement_inside_its_transaction_on_postgresql(
+    server: str, clock: FakeClock
+) -> None:
+    # The acknowledger's one-statement completion, not the portable path's (a locking
+    # read, the update, then the maintained counts' rows: six statements).
+    client = client_on(server, clock)
+    client.enqueue(atomic_jobs.nothing)
+    claimed = claim(client, "a")
+
+    with CaptureQueriesContext(connections[server]) as captured:
+        assert run(client, claimed).written is True
+
+    control = ("BEGIN", "SAVEPOINT", "RELEASE SAVEPOINT", "COMMIT")
+    statements = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(control)]
+    assert len(statements) == 1, statements
+    Job.objects.using(server).all().delete()
