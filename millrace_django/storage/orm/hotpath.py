@@ -135,15 +135,30 @@ class OrmHotPath:
     def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
         now = ctx.clock.now()
         fenced = queries.fenced_batch(ctx.jobs(), transitions)
-        found = list(fenced.values_list("uuid", "seq", "queue", "target", "tenant_id"))
+        found = list(
+            fenced.values_list(
+                "uuid", "seq", "queue", "target", "tenant_id", "started_at", "limited"
+            )
+        )
         matched = {uuid: seq for uuid, seq, *_ in found}
         won = {matched[t.job_id]: t for t in transitions if t.job_id in matched}
         if won:
             ctx.jobs().filter(seq__in=list(won)).update(**queries.completed(won, now))
+            ended = [
+                (seq, queue, target, tenant, started, won[seq].finished_at or now)
+                for _, seq, queue, target, tenant, started, _ in found
+            ]
+            ctx.tx.enqueued({queue for _, _, queue, *_, limited in found if limited})
             ctx.tx.tally(
                 tallies.jobs_ended(
-                    (Code.SUCCEEDED, queue, target, tenant, won[seq].finished_at or now)
-                    for _, seq, queue, target, tenant in found
+                    (Code.SUCCEEDED, queue, target, tenant, finished)
+                    for _, queue, target, tenant, _, finished in ended
+                )
+            )
+            ctx.tx.tally(
+                tallies.runs_ended(
+                    (target, tenant, started, finished)
+                    for _, _, target, tenant, started, finished in ended
                 )
             )
             parents = [t.job_id for t in won.values() if t.activate_continuations]
@@ -192,6 +207,7 @@ def lease(
         worker_id=request.worker_id,
         lease_until=until,
         attempt=F("attempt") + 1,
+        started_at=now,
     )
     return [
         job_record(
@@ -200,6 +216,7 @@ def lease(
             worker_id=request.worker_id,
             lease_until=until,
             attempt=row.attempt + 1,
+            started_at=now,
         )
         for row in rows
     ]

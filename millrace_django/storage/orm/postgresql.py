@@ -43,6 +43,7 @@ from millrace_django.contract import (
     WorkflowInstanceRecord,
     limits_json,
 )
+from millrace_django.contract.catalog import RUN_TIME_BOUNDS
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import (
     INSTANCE_STATE_CODES,
@@ -54,6 +55,7 @@ from millrace_django.models import (
     Job,
     JobAttempt,
     PausedQueue,
+    RunMinute,
     Tally,
     TallySubject,
     WorkflowInstance,
@@ -91,13 +93,16 @@ _ATTEMPTS = _q(JobAttempt._meta.db_table)
 _PAUSED = _q(PausedQueue._meta.db_table)
 _TALLIES = _q(Tally._meta.db_table)
 _MINUTES = _q(FinishedMinute._meta.db_table)
+_RUNS = _q(RunMinute._meta.db_table)
 _INSTANCES = _q(WorkflowInstance._meta.db_table)
 _BOOKMARKS = _q(Bookmark._meta.db_table)
 _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
 assert all(f.attname == f.column for f in _FIELDS), "a Job column was renamed"
-_CLAIMED = JobRowReader(known=("state", "worker_id", "lease_until", "finished_at", "result"))
+_CLAIMED = JobRowReader(
+    known=("state", "worker_id", "lease_until", "finished_at", "result", "started_at")
+)
 """Fields a claim sets (or, the job being active, knows to be NULL): not read back."""
 _RETURNED = ", ".join(f"j.{_q(name)}" for name in [*_CLAIMED.columns, "seq"])  # seq: to sort
 
@@ -356,7 +361,7 @@ WITH ready AS ({{ready}}
 ), leased AS (
     UPDATE {_JOBS} AS j
     SET state = {Code.PROCESSING}, worker_id = %(worker)s, lease_until = %(until)s,
-        attempt = j.attempt + 1
+        attempt = j.attempt + 1, started_at = %(now)s
     FROM picked
     WHERE j.seq = picked.seq
     RETURNING {_RETURNED}
@@ -412,8 +417,11 @@ _CLAIM_QUEUES = _Statement(
 # reads every in-flight row once per transition, cost that grows with the batch times
 # the rows in flight. A row that moved answers its transition's position in the batch
 # (1-based), cheaper to read back than its uuid. The same statement appends the batch's
-# tally rows (one per queue, target and tenant it ended) and its per-minute rows (one per
-# UTC minute its jobs finished in): see tallies.py.
+# tally rows (one per queue, target and tenant it ended), its per-minute rows (one per
+# UTC minute its jobs finished in) and its run-time rows (one per minute, target, tenant
+# and run-time bucket, the bucket found as contract.catalog.run_time_bucket finds it):
+# see tallies.py.
+_RUN_TIME_BOUNDS = "'{" + ",".join(map(str, RUN_TIME_BOUNDS)) + "}'::float8[]"
 _COMPLETE = _Statement(
     "complete",
     f"""
@@ -426,8 +434,12 @@ WITH done AS (
          WITH ORDINALITY AS t (uuid, worker_id, attempt, failures, finished_at, result, n)
     WHERE j.uuid = t.uuid AND j.worker_id = t.worker_id AND j.attempt = t.attempt
       AND j.state = t.attempt * 0 + {Code.PROCESSING}
-    RETURNING t.n, j.queue, j.target, j.tenant_id,
-        date_trunc('minute', t.finished_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS minute
+    RETURNING t.n, j.queue, j.target, j.tenant_id, j.limited,
+        date_trunc('minute', t.finished_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS minute,
+        width_bucket(
+            greatest(extract(epoch FROM t.finished_at - j.started_at), 0)::float8,
+            {_RUN_TIME_BOUNDS}
+        ) AS bucket
 ), tallied AS (
     INSERT INTO {_TALLIES} (subject, state, queue, target, tenant_id, n)
     SELECT {TallySubject.JOB}, {Code.SUCCEEDED}, queue, target, tenant_id, count(*)
@@ -435,8 +447,15 @@ WITH done AS (
 ), per_minute AS (
     INSERT INTO {_MINUTES} (minute, state, n)
     SELECT minute, {Code.SUCCEEDED}, count(*) FROM done GROUP BY minute
+), timed AS (
+    INSERT INTO {_RUNS} (minute, target, tenant_id, bucket, n)
+    SELECT minute, target, tenant_id, bucket, count(*) FROM done WHERE bucket IS NOT NULL
+    GROUP BY minute, target, tenant_id, bucket
+), freed AS (
+    SELECT pg_notify(%(channel)s, queue)
+    FROM (SELECT DISTINCT queue FROM done WHERE limited AND %(channel)s <> '') AS q
 )
-SELECT n FROM done""",
+SELECT n FROM done, (SELECT count(*) FROM freed) AS hinted""",
     {
         "ids": "uuid[]",
         "workers": "text[]",
@@ -444,6 +463,7 @@ SELECT n FROM done""",
         "failures": "integer[]",
         "finished": "timestamptz[]",
         "results": "jsonb[]",
+        "channel": "text",
     },
 )
 
@@ -595,7 +615,7 @@ _AS_STORED = [
     "queue", "priority", "timeout", "hard_timeout", "due_at", "worker_id", "lease_until",
     "attempt", "failures", "cancel_requested", "idempotency_key", "tenant_id", "parent_id",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "finished_at",
-    "workflow_instance_id", "activity_node_id", "expires_at",
+    "workflow_instance_id", "activity_node_id", "expires_at", "started_at",
 ]  # fmt: skip
 _CONVERTED = ["target", "state", "retry", "key_scope", "limited", "limits", "limit_key"]
 _COPIED = _PER_ROW + _AS_STORED + _CONVERTED
@@ -737,11 +757,15 @@ def _copies(jobs: Sequence[JobRecord]) -> bool:
     )
 
 
-def complete_parameters(transitions: Sequence[JobTransition], now: datetime) -> dict[str, Any]:
+def complete_parameters(
+    transitions: Sequence[JobTransition], now: datetime, channel: str = ""
+) -> dict[str, Any]:
     """The parameters of the acknowledgement of ``transitions`` (successes finished by
-    ``now`` unless they say when). Array literals built here, as for every array parameter
-    of this module: the driver's per-element list adaptation costs several times more."""
+    ``now`` unless they say when; a limited job's queue hinted on ``channel``, none if
+    empty: its slot is free). Array literals built here, as for every array parameter of
+    this module: the driver's per-element list adaptation costs several times more."""
     return {
+        "channel": channel,
         "ids": _uuid_array([t.job_id for t in transitions]),
         "workers": _quoted_array([t.expected_worker_id for t in transitions]),
         "attempts": _plain_array([t.expected_attempt for t in transitions]),
@@ -935,6 +959,7 @@ class PostgresHotPath:
             "lease_until": params["until"],
             "finished_at": None,
             "result": None,
+            "started_at": now,
         }
         return [read(row, known) for row in rows], waiting
 
@@ -946,11 +971,11 @@ class PostgresHotPath:
         if parents and channel is None:
             return OrmHotPath().complete(ctx, transitions)
         connection = connections[ctx.alias]
-        params = complete_parameters(transitions, ctx.clock.now())
+        params = complete_parameters(transitions, ctx.clock.now(), channel or "")
         before = "" if connection.in_atomic_block else _PROBE_BY_INDEX
         wake = None
         if parents:
-            params |= {"parents": _uuid_array(parents), "channel": channel}
+            params["parents"] = _uuid_array(parents)
             wake = _WAKE
         rows = self._run(connection, _COMPLETE, params, before, wake)
         won = {n for (n,) in rows}

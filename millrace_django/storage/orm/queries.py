@@ -162,7 +162,17 @@ def fenced(jobs: QuerySet[Job], t: JobTransition) -> QuerySet[Job]:
             worker_id=t.expected_worker_id,
             attempt=t.expected_attempt,
         )
-        .only("seq", "uuid", "queue", "target", "tenant_id", "attempt", "failures", "worker_id")
+        .only(
+            "seq",
+            "uuid",
+            "queue",
+            "target",
+            "tenant_id",
+            "attempt",
+            "failures",
+            "worker_id",
+            "limited",
+        )
     )
 
 

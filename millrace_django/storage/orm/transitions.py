@@ -61,8 +61,11 @@ def apply_transition(ctx: OrmContext, t: JobTransition) -> bool:
     if t.target in TERMINAL_JOB_STATES:
         ended = (fields["state"], row.queue, row.target, row.tenant_id, fields["finished_at"])
         ctx.tx.tally(tallies.jobs_ended([ended]))
-    if t.target is JobState.ENQUEUED:
-        ctx.tx.enqueued([row.queue])
+    if t.target is JobState.SUCCEEDED:
+        run = (row.target, row.tenant_id, row.started_at, fields["finished_at"])
+        ctx.tx.tally(tallies.runs_ended([run]))
+    if t.target is JobState.ENQUEUED or row.limited:
+        ctx.tx.enqueued([row.queue])  # claimable again, or a limit's slot freed
     if t.checkpoint is not None:
         workflows.checkpoint(ctx, t.checkpoint.instance, t.checkpoint.expected_revision)
     if t.bookmarks:
