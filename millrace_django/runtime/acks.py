@@ -58,7 +58,9 @@ type Acknowledgement = tuple[Execution, JobTransition | None, Result]
 that went."""
 
 type Acknowledged = Callable[[list[Acknowledgement]], None]
-"""Called with each written batch, in submission order."""
+"""Called with each written batch, in submission order, on the acknowledger's thread;
+and, from a job's thread, with an atomic job's success its own transaction wrote
+(:meth:`Acknowledger.written`): it must be thread-safe."""
 
 
 def _chained(
