@@ -138,6 +138,9 @@ class Job(models.Model):
         help_text="The narrowest scope of its limits: a claim skips jobs of full ones.",
     )
     expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the latest attempt was claimed."
+    )
 
     class Meta:
         db_table = "millrace_job"
@@ -408,6 +411,27 @@ class FinishedMinute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {JOB_STATES[self.state]}: {self.n}"
+
+
+class RunMinute(models.Model):
+    """Successes of one job function (and tenant) that finished within one UTC minute,
+    counted per run-time bucket (see :mod:`millrace_django.contract.catalog`): appended by
+    the acknowledgements like :class:`FinishedMinute`, folded by the scheduler, and
+    dropped once older than a day (the catalog reads the last hour)."""
+
+    id = models.BigAutoField(primary_key=True)
+    minute = models.DateTimeField()
+    target = ExactCharField(max_length=500)
+    tenant_id = ExactCharField(max_length=200, null=True, blank=True)
+    bucket = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField()
+
+    class Meta:
+        db_table = "millrace_run_minute"
+        indexes = [models.Index(name="millrace_run_minute_at", fields=["minute"])]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.target} bucket {self.bucket}: {self.n}"
 
 
 class Bookmark(models.Model):

@@ -6,7 +6,11 @@ from millrace_django.contract.attempts import (
     outcome_of,
     transition_problem,
 )
-from millrace_django.contract.catalog import CatalogEntry
+from millrace_django.contract.catalog import (
+    RUN_TIME_WINDOW,
+    CatalogEntry,
+    run_time_bucket,
+)
 from millrace_django.contract.cursor import (
     decode_time_id,
     decode_time_text,
@@ -123,6 +127,7 @@ __all__ = [
     "MAX_TAGS",
     "MAX_TAG_LENGTH",
     "PRE_ACTIVE_JOB_STATES",
+    "RUN_TIME_WINDOW",
     "TERMINAL_INSTANCE_STATES",
     "TERMINAL_JOB_STATES",
     "THROUGHPUT_MINUTES_CAP",
@@ -197,6 +202,7 @@ __all__ = [
     "oldest_kept_attempt",
     "outcome_of",
     "queue_scope",
+    "run_time_bucket",
     "running_by_scope",
     "tag_of",
     "tags_of",

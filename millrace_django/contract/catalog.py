@@ -8,12 +8,44 @@ failed or dead job of the function alone.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from millrace_django.contract.states import JobState
+
+RUN_TIME_WINDOW = timedelta(hours=1)
+"""How far back run times count: successes that finished in the last hour (whole UTC
+minutes: from the minute an hour before the read's)."""
+RUN_TIME_BOUNDS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+)  # fmt: skip
+"""Upper bounds, in seconds, of the run-time buckets successes are counted in: bucket
+``n`` holds run times in ``[RUN_TIME_BOUNDS[n-1], RUN_TIME_BOUNDS[n])`` (bucket 0 those
+under the first bound, the last bucket those of an hour or more)."""
+
+
+def run_time_bucket(run_time: timedelta) -> int:
+    """The bucket a success that ran for ``run_time`` is counted in."""
+    return bisect_right(RUN_TIME_BOUNDS, run_time.total_seconds())
+
+
+def bucket_estimate(histogram: Mapping[int, int], share: float) -> timedelta | None:
+    """An estimate of the ``share`` quantile (0.5: the median) of the run times counted
+    in ``histogram`` (bucket -> count): the upper bound of the bucket it falls in, so at
+    most that bucket's width too high; the last bound for the open last bucket. ``None``
+    when nothing was counted."""
+    total = sum(histogram.values())
+    if not total:
+        return None
+    seen = 0
+    for bucket in sorted(histogram):
+        seen += histogram[bucket]
+        if seen >= share * total:
+            return timedelta(seconds=RUN_TIME_BOUNDS[min(bucket, len(RUN_TIME_BOUNDS) - 1)])
+    raise AssertionError("unreachable: the buckets sum to the total")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +62,9 @@ class CatalogEntry:
     last_error_job: UUID | None = None
     last_error_at: datetime | None = None
     """When that job was created."""
+    run_times: Mapping[int, int] | None = None
+    """Successes that finished within :data:`RUN_TIME_WINDOW`, counted per run-time
+    bucket (:data:`RUN_TIME_BOUNDS`): how long each ran, from its claim to its end."""
 
     @property
     def failure_rate(self) -> float | None:
@@ -38,6 +73,22 @@ class CatalogEntry:
         dead = self.jobs_by_state.get(JobState.DEAD, 0)
         ended = dead + self.jobs_by_state.get(JobState.SUCCEEDED, 0)
         return dead / ended if ended else None
+
+    @property
+    def recent_runs(self) -> int:
+        """Successes counted in :attr:`run_times`."""
+        return sum((self.run_times or {}).values())
+
+    @property
+    def run_time_p50(self) -> timedelta | None:
+        """The median run time of :attr:`run_times`, a bucket estimate (see
+        :func:`bucket_estimate`)."""
+        return bucket_estimate(self.run_times or {}, 0.5)
+
+    @property
+    def run_time_p95(self) -> timedelta | None:
+        """The 95th percentile of :attr:`run_times`, a bucket estimate."""
+        return bucket_estimate(self.run_times or {}, 0.95)
 
     @property
     def total(self) -> int:

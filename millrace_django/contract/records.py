@@ -151,6 +151,9 @@ class JobRecord(_BuiltFromValues):
     expires_at: datetime | None = None
     limits: tuple[Limit, ...] = ()
     """Flow-control limits on this job's starts (see :mod:`.limits`), resolved at enqueue."""
+    started_at: datetime | None = None
+    """When its latest attempt was claimed (the storage's clock): set by every claim,
+    kept after the job ends; ``None`` before the first."""
     tags: tuple[str, ...] = ()
     """Labels to find the job by (see :mod:`.tags`), sorted; read back by ``get_job``
     (the records a claim returns may leave them out)."""

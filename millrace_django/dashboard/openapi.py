@@ -317,6 +317,16 @@ SCHEMAS: Schema = {
             },
             "lastErrorJobId": _nullable(UUID_SCHEMA),
             "lastErrorAt": {**_nullable(INSTANT), "description": "when that job was created"},
+            "recentRuns": {**INTEGER, "description": "successes that finished in the last hour"},
+            "runTimeP50": {
+                **_nullable(SECONDS),
+                "description": "median run time (claim to end) of those successes: a bucket "
+                "estimate, the upper bound of the bucket it falls in; null without any",
+            },
+            "runTimeP95": {
+                **_nullable(SECONDS),
+                "description": "95th percentile, a bucket estimate like runTimeP50",
+            },
         }
     ),
     "Catalog": _object({"items": {"type": "array", "items": _ref("CatalogEntry")}}),

@@ -125,6 +125,9 @@ def catalog_entry(entry: CatalogEntry) -> dict[str, Any]:
         "lastError": entry.last_error,
         "lastErrorJobId": uid(entry.last_error_job),
         "lastErrorAt": instant(entry.last_error_at),
+        "recentRuns": entry.recent_runs,
+        "runTimeP50": seconds(entry.run_time_p50),
+        "runTimeP95": seconds(entry.run_time_p95),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from uuid import UUID
 
 from django import template
@@ -14,6 +15,19 @@ register.filter("workflow_step", workflow_step)
 SHORT_ID_DIGITS = 12
 """Hex digits a list shows of an id: the last ones. Time-ordered ids (UUIDv7) share
 their first digits for every id made within about a minute; the last twelve are random."""
+
+
+@register.filter
+def seconds(value: timedelta | None) -> str:
+    """A run time as an operator reads it: ``0.25 s``, ``2.5 s``, ``2 min``, ``1 h``."""
+    if value is None:
+        return "—"
+    total = value.total_seconds()
+    if total >= 3600 and total % 3600 == 0:
+        return f"{total / 3600:g} h"
+    if total >= 60 and total % 60 == 0:
+        return f"{total / 60:g} min"
+    return f"{total:g} s"
 
 
 @register.filter

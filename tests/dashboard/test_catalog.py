@@ -72,3 +72,15 @@ def test_the_jobs_list_and_the_job_page_link_to_the_catalog(viewer: Client, worl
     assert f'href="{reverse("millrace_dashboard:catalog")}"' in listed
     assert f'href="{function_url}"' in listed
     assert f'href="{function_url}"' in job
+
+
+def test_run_times_of_the_last_hours_successes_are_shown_as_bucket_estimates(
+    viewer: Client, world: World
+):
+    entry = viewer.get(f"{API}/catalog/{WELCOME}").json()
+    page = viewer.get(reverse("millrace_dashboard:catalog-function", args=[WELCOME]))
+
+    assert entry["recentRuns"] >= 1
+    assert entry["runTimeP50"] is not None and entry["runTimeP95"] >= entry["runTimeP50"]
+    assert "bucket estimates" in page.content.decode()
+    assert 'id="mr-run-times">p50 ≤' in page.content.decode()

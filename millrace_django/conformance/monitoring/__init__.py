@@ -10,7 +10,7 @@ from typing import Any
 
 
 def _compose() -> type:
-    from millrace_django.conformance.monitoring.catalog import CatalogFacts
+    from millrace_django.conformance.monitoring.catalog import CatalogFacts, RunTimeFacts
     from millrace_django.conformance.monitoring.history import AttemptHistoryFacts
     from millrace_django.conformance.monitoring.instances import InstanceQueryFacts
     from millrace_django.conformance.monitoring.jobs import JobQueryFacts
@@ -36,6 +36,7 @@ def _compose() -> type:
         TargetSearchFacts,
         TagFacts,
         CatalogFacts,
+        RunTimeFacts,
     ):
         """Every fact a :class:`~millrace_django.contract.MonitoringStorage` must hold."""
 

@@ -9,8 +9,24 @@ from uuid import UUID
 from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
-from millrace_django.conformance.support import claim_one, die, enqueue, fail, job_in_state
-from millrace_django.contract import CatalogEntry, Invocation, JobState, TenantFilter
+from millrace_django.conformance.support import (
+    claim,
+    claim_one,
+    die,
+    enqueue,
+    fail,
+    job_in_state,
+    stored_job,
+    succeed,
+)
+from millrace_django.contract import (
+    RUN_TIME_WINDOW,
+    CatalogEntry,
+    Invocation,
+    JobState,
+    JobTransition,
+    TenantFilter,
+)
 
 ALPHA = "catalog.jobs:alpha"
 BETA = "catalog.jobs:beta"
@@ -133,3 +149,75 @@ class CatalogFacts(FactGroup):
         assert store.jobs.purge_finished(clock.now(), 2) == 2
 
         assert _entries(store)[ALPHA].jobs_by_state[JobState.SUCCEEDED] == 1
+
+
+def _ran(store: StoreUnderTest, clock: FakeClock, seconds: list[float]) -> list[JobTransition]:
+    """Successes of ALPHA claimed together that ran ``seconds`` each, not yet applied."""
+    queue = f"runs-{clock.now().timestamp()}"
+    for _ in seconds:
+        enqueue(store, clock, invocation=Invocation(target=ALPHA), queue=queue)
+    claimed = claim(store, queues=[queue], max_count=len(seconds))
+    start = clock.now()
+    done = []
+    for job, ran in zip(claimed, seconds, strict=True):
+        clock.set(start + timedelta(seconds=ran))
+        done.append(succeed(job, clock))
+    clock.set(start + timedelta(seconds=max(seconds)))
+    return done
+
+
+class RunTimeFacts(FactGroup):
+    heading: ClassVar[str] = "Job catalog: run times"
+
+    def test_a_claim_stamps_when_the_attempt_started(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Every claim sets started_at to the storage clock's now; it stays after success."""
+        job_id = enqueue(store, clock)
+        clock.advance(timedelta(seconds=3))
+        job = claim_one(store)
+        started = clock.now()
+        clock.advance(timedelta(seconds=2))
+        assert store.jobs.apply(succeed(job, clock))
+
+        assert job.started_at == started
+        assert stored_job(store, job_id).started_at == started
+
+    def test_run_times_are_bucket_estimates_of_the_last_hours_successes(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """p50 and p95 are the upper bounds of the buckets they fall in (batch acknowledged)."""
+        done = _ran(store, clock, [0.7] * 9 + [100.0])
+        assert store.jobs.apply_many(done) == [True] * 10
+
+        entry = _entries(store)[ALPHA]
+
+        assert entry.recent_runs == 10
+        assert entry.run_time_p50 == timedelta(seconds=1)
+        assert entry.run_time_p95 == timedelta(seconds=120)
+
+    def test_a_success_applied_alone_counts_its_run_time(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A success applied on its own (apply) counts its run time like a batch's."""
+        (done,) = _ran(store, clock, [3.0])
+        assert store.jobs.apply(done)
+
+        entry = _entries(store)[ALPHA]
+
+        assert (entry.recent_runs, entry.run_time_p50) == (1, timedelta(seconds=5))
+
+    def test_run_times_leave_out_failures_and_successes_past_the_window(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """Failed attempts have no run time; a success drops out an hour after its minute."""
+        _failing(store, clock, ALPHA, "boom")
+        (done,) = _ran(store, clock, [0.2])
+        assert store.jobs.apply(done)
+        assert _entries(store)[ALPHA].recent_runs == 1
+
+        clock.advance(RUN_TIME_WINDOW + timedelta(minutes=1))
+        store.monitoring.fold_statistics(100)
+
+        entry = _entries(store)[ALPHA]
+        assert entry.recent_runs == 0 and entry.run_time_p50 is None

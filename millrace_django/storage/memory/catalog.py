@@ -4,23 +4,37 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
-from millrace_django.contract import CatalogEntry, JobRecord, JobState, TenantFilter
+from millrace_django.contract import (
+    RUN_TIME_WINDOW,
+    CatalogEntry,
+    JobRecord,
+    JobState,
+    TenantFilter,
+    floor_minute,
+    run_time_bucket,
+)
 
 _ERRORED = frozenset({JobState.DEAD, JobState.FAILED})
 
 
 def catalog(
-    jobs: Iterable[JobRecord], tenant: TenantFilter, target: str | None
+    jobs: Iterable[JobRecord], tenant: TenantFilter, target: str | None, now: datetime
 ) -> list[CatalogEntry]:
     """One entry per target of ``jobs`` of ``tenant`` (only ``target`` when given)."""
     counts: dict[str, Counter[JobState]] = {}
     errored: dict[str, JobRecord] = {}
+    runs: dict[str, Counter[int]] = {}
+    since = floor_minute(now - RUN_TIME_WINDOW)
     for job in jobs:
         name = job.invocation.target
         if not tenant.matches(job.tenant_id) or target not in (None, name):
             continue
         counts.setdefault(name, Counter())[job.state] += 1
+        ran = _run_time(job, since)
+        if ran is not None:
+            runs.setdefault(name, Counter())[run_time_bucket(ran)] += 1
         newest = errored.get(name)
         if job.state in _ERRORED and (newest is None or _key(job) > _key(newest)):
             errored[name] = job
@@ -31,9 +45,19 @@ def catalog(
             last_error=errored[name].last_error if name in errored else None,
             last_error_job=errored[name].id if name in errored else None,
             last_error_at=errored[name].created_at if name in errored else None,
+            run_times=dict(runs.get(name, {})),
         )
         for name, by_state in sorted(counts.items())
     ]
+
+
+def _run_time(job: JobRecord, since: datetime) -> timedelta | None:
+    """How long a success that ended from minute ``since`` on ran; ``None`` for others."""
+    if job.state is not JobState.SUCCEEDED or job.started_at is None or job.finished_at is None:
+        return None
+    if job.finished_at < since:
+        return None
+    return max(job.finished_at - job.started_at, timedelta(0))
 
 
 def _key(job: JobRecord) -> tuple[object, bytes]:

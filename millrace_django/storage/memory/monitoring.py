@@ -171,7 +171,7 @@ class MemoryMonitoring:
 
     def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
         with self._store._reading() as tables:
-            return catalog(tables.jobs.values(), tenant, target)
+            return catalog(tables.jobs.values(), tenant, target, self._store.clock.now())
 
     def fold_statistics(self, limit: int) -> int:
         """Nothing to fold: memory counts its own tables."""

@@ -180,6 +180,7 @@ class MemoryJobStore:
                     worker_id=request.worker_id,
                     lease_until=now + request.lease,
                     attempt=job.attempt + 1,
+                    started_at=now,
                 )
                 log.put_job(job, leased)
                 claimed.append(leased)

@@ -16,12 +16,15 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from millrace_django.contract import (
     ACTIVE_JOB_STATES,
+    RUN_TIME_WINDOW,
     CatalogEntry,
     JobState,
     TenantFilter,
+    floor_minute,
 )
 from millrace_django.models import JOB_STATES, Job, Tally, TallySubject, job_codes
 from millrace_django.models import JobStateCode as Code
+from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.queries import descending, tenant_q
 
@@ -42,6 +45,10 @@ def catalog(ctx: OrmContext, tenant: TenantFilter, target: str | None) -> list[C
     ]:
         if n:
             counts.setdefault(name, Counter())[JOB_STATES[code]] += int(n)
+    since = floor_minute(ctx.clock.now() - RUN_TIME_WINDOW)
+    runs: dict[str, dict[int, int]] = {}
+    for name, bucket, n in tallies.run_times(ctx, since, narrowed):
+        runs.setdefault(name, {})[bucket] = n
     dead_queues: dict[str, list[str]] = {}
     for name, queue, n in dead_groups(ctx.tallies(), narrowed):
         if n:
@@ -56,6 +63,7 @@ def catalog(ctx: OrmContext, tenant: TenantFilter, target: str | None) -> list[C
                 last_error=None if error is None else error[2],
                 last_error_job=None if error is None else error[1],
                 last_error_at=None if error is None else error[0],
+                run_times=runs.get(name, {}),
             )
         )
     return entries

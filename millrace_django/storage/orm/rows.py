@@ -176,6 +176,7 @@ def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
         "workflow_instance_id": job.workflow_instance_id,
         "activity_node_id": job.activity_node_id,
         "expires_at": job.expires_at,
+        "started_at": job.started_at,
         "limited": bool(job.limits),
         "limits": limits_json(job.limits),
         "limit_key": limit_key(job.limits),
@@ -205,6 +206,7 @@ _AS_STORED = (
     "hard_timeout",
     "requeued_from", "trace_parent", "recurring_id", "last_error", "result", "progress",
     "checkpoint", "finished_at", "workflow_instance_id", "activity_node_id", "expires_at",
+    "started_at",
 )  # fmt: skip
 """Record fields stored as they are, each in the column of its name (the others: ``id``
 in ``uuid``, ``invocation`` in ``target`` and ``arguments``, and ``state`` and

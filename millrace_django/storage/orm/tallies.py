@@ -17,14 +17,25 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import reduce
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 
-from millrace_django.contract import TERMINAL_INSTANCE_STATES, TenantFilter, floor_minute
-from millrace_django.models import INSTANCE_STATE_CODES, FinishedMinute, Tally, TallySubject
+from millrace_django.contract import (
+    TERMINAL_INSTANCE_STATES,
+    TenantFilter,
+    floor_minute,
+    run_time_bucket,
+)
+from millrace_django.models import (
+    INSTANCE_STATE_CODES,
+    FinishedMinute,
+    RunMinute,
+    Tally,
+    TallySubject,
+)
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.queries import tenant_q
@@ -63,6 +74,30 @@ def jobs_ended(rows: Iterable[tuple[Any, ...]]) -> Counter[TallyKey | MinuteKey]
     return changes
 
 
+@dataclass(frozen=True, slots=True)
+class RunKey:
+    """Successes of a function (and tenant) that ended within one UTC minute after a run
+    time in ``bucket`` (the job catalog's figures)."""
+
+    minute: datetime
+    target: str
+    tenant_id: str | None
+    bucket: int
+
+
+def runs_ended(
+    rows: Iterable[tuple[str, str | None, datetime | None, datetime]],
+) -> Counter[RunKey]:
+    """Changes for successes: ``(target, tenant, started_at, finished_at)`` per job (one
+    never claimed, without a start, has no run time)."""
+    changes: Counter[RunKey] = Counter()
+    for target, tenant, started_at, finished_at in rows:
+        if started_at is not None:
+            bucket = run_time_bucket(max(finished_at - started_at, timedelta(0)))
+            changes[RunKey(floor_minute(finished_at), target, tenant, bucket)] += 1
+    return changes
+
+
 def instance_ended(state: int, definition_id: str, tenant_id: str | None) -> Counter[TallyKey]:
     """The change for an instance that reached the terminal ``state``."""
     return Counter({TallyKey(TallySubject.INSTANCE, state, "", definition_id, tenant_id): 1})
@@ -87,10 +122,19 @@ def record(alias: str, changes: Mapping[Any, int]) -> None:
         for key, n in changes.items()
         if n and isinstance(key, MinuteKey)
     ]
+    runs = [
+        RunMinute(
+            minute=key.minute, target=key.target, tenant_id=key.tenant_id, bucket=key.bucket, n=n
+        )
+        for key, n in changes.items()
+        if n and isinstance(key, RunKey)
+    ]
     if tallies:
         Tally.objects.using(alias).bulk_create(tallies)
     if minutes:
         FinishedMinute.objects.using(alias).bulk_create(minutes)
+    if runs:
+        RunMinute.objects.using(alias).bulk_create(runs)
 
 
 def totals(ctx: OrmContext, tenant: TenantFilter) -> dict[tuple[int, int], int]:
@@ -127,13 +171,34 @@ def fold(ctx: OrmContext, limit: int) -> int:
 
     def work() -> int:
         tallied = _fold(ctx, ctx.tallies(), _TALLY_FIELDS, TallyKey, limit)
-        return tallied + _fold(ctx, ctx.finished_minutes(), _MINUTE_FIELDS, MinuteKey, limit)
+        tallied += _fold(ctx, ctx.finished_minutes(), _MINUTE_FIELDS, MinuteKey, limit)
+        runs = RunMinute.objects.using(ctx.alias)
+        kept_from = floor_minute(ctx.clock.now() - RUN_MINUTES_KEPT)
+        dropped, _ = runs.filter(minute__lt=kept_from).delete()
+        return tallied + dropped + _fold(ctx, runs, _RUN_FIELDS, RunKey, limit)
 
     return ctx.tx.write(work)
 
 
 _TALLY_FIELDS = ("subject", "state", "queue", "target", "tenant_id")
 _MINUTE_FIELDS = ("minute", "state")
+_RUN_FIELDS = ("minute", "target", "tenant_id", "bucket")
+RUN_MINUTES_KEPT = timedelta(days=1)
+"""Run-time rows older than this are dropped by :func:`fold` (the catalog reads the
+last hour)."""
+
+
+def run_times(ctx: OrmContext, since: datetime, narrowed: Q) -> list[tuple[str, int, int]]:
+    """``(target, bucket, count)`` of the successes that ended from minute ``since`` on,
+    of the groups ``narrowed`` selects: about one row per minute, function and bucket."""
+    summed = (
+        RunMinute.objects.using(ctx.alias)
+        .filter(narrowed, minute__gte=since)
+        .values_list("target", "bucket")
+        .annotate(n=Sum("n"))
+        .order_by()
+    )
+    return [(target, bucket, int(n)) for target, bucket, n in summed]
 
 
 def _fold(
