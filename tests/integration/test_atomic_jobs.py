@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -25,6 +26,7 @@ from django.test.utils import CaptureQueriesContext
 from millrace_django.clock import FakeClock, SystemClock
 from millrace_django.contract import ClaimRequest, JobRecord, JobState
 from millrace_django.engine import EngineSettings, JobClient, JobContext, Retry
+from millrace_django.engine.registry import JobLike
 from millrace_django.management.support import connection_hooks
 from millrace_django.models import JOB_STATES, Job
 from millrace_django.runtime import RuntimeSettings, Worker, run_claimed
@@ -43,11 +45,27 @@ TICK = timedelta(milliseconds=50)
 COUNTER = "atomic"
 
 
+def _counted(alias: str) -> Iterator[str]:
+    """``alias`` with a counter row at 0, and no jobs left after."""
+    with atomic_jobs.counter_table(alias, COUNTER):
+        yield alias
+    Job.objects.using(alias).all().delete()
+
+
 @pytest.fixture(params=ALIASES)
 def alias(request: pytest.FixtureRequest) -> Iterator[str]:
-    with atomic_jobs.counter_table(request.param, COUNTER):
-        yield request.param
-    Job.objects.using(request.param).all().delete()
+    yield from _counted(request.param)
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The server databases only (another connection can claim while a job runs)."""
+    yield from _counted(request.param)
+
+
+@pytest.fixture(params=[alias for alias in SERVERS if alias == "postgres"])
+def postgres(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from _counted(request.param)
 
 
 @pytest.fixture
@@ -68,6 +86,15 @@ def claim(client: JobClient, worker: str) -> JobRecord:
     return claimed
 
 
+def claimed_job(
+    alias: str, clock: FakeClock, fn: JobLike, *args: Any, **kwargs: Any
+) -> tuple[JobClient, JobRecord]:
+    """A client on ``alias`` and worker ``a``'s claim of one new job of ``fn``."""
+    client = client_on(alias, clock)
+    client.enqueue(fn, *args, **kwargs)
+    return client, claim(client, "a")
+
+
 def run(client: JobClient, claimed: JobRecord) -> Outcome:
     context = JobContext.for_job(claimed, client.clock, storage=client.storage)
     return run_claimed(claimed, context, clock=client.clock, config=client.config)
@@ -80,9 +107,7 @@ def stored(client: JobClient, claimed: JobRecord) -> JobRecord:
 
 
 def test_an_atomic_jobs_write_commits_with_its_success(alias: str, clock: FakeClock) -> None:
-    client = client_on(alias, clock)
-    client.enqueue(atomic_jobs.bump, alias, COUNTER)
-    claimed = claim(client, "a")
+    client, claimed = claimed_job(alias, clock, atomic_jobs.bump, alias, COUNTER)
 
     outcome = run(client, claimed)
 
@@ -95,9 +120,7 @@ def test_an_atomic_jobs_write_commits_with_its_success(alias: str, clock: FakeCl
 def test_an_atomic_job_fenced_off_before_it_ran_leaves_no_write_behind(
     alias: str, clock: FakeClock
 ) -> None:
-    client = client_on(alias, clock)
-    client.enqueue(atomic_jobs.bump, alias, COUNTER)
-    first = claim(client, "a")
+    client, first = claimed_job(alias, clock, atomic_jobs.bump, alias, COUNTER)
     clock.advance(LEASE + timedelta(seconds=1))  # worker a stalled past its lease...
     second = claim(client, "b")  # ...and b took the job over
 
@@ -111,48 +134,41 @@ def test_an_atomic_job_fenced_off_before_it_ran_leaves_no_write_behind(
     assert stored(client, second).state is JobState.SUCCEEDED
 
 
-@pytest.mark.parametrize("server", SERVERS)
 def test_an_atomic_job_fenced_off_while_it_runs_leaves_no_write_behind(
     server: str, clock: FakeClock
 ) -> None:
-    with atomic_jobs.counter_table(server, COUNTER):
-        client = client_on(server, clock)
-        client.enqueue(atomic_jobs.bump, server, COUNTER)
-        first = claim(client, "a")
-        taken: list[JobRecord] = []
+    client, first = claimed_job(server, clock, atomic_jobs.bump, server, COUNTER)
+    taken: list[JobRecord] = []
 
-        def steal() -> None:  # another worker, on its own connection, after the lease
-            try:
-                taken.append(claim(client, "b"))
-            finally:
-                connections[server].close()
-
-        def interfere() -> None:
-            clock.advance(LEASE + timedelta(seconds=1))
-            thief = threading.Thread(target=steal)
-            thief.start()
-            thief.join(10)
-
-        atomic_jobs.during_job = interfere
+    def steal() -> None:  # another worker, on its own connection, after the lease
         try:
-            stale = run(client, first)  # wrote, then lost its claim before returning
+            taken.append(claim(client, "b"))
         finally:
-            atomic_jobs.during_job = None
+            connections[server].close()
 
-        assert [job.worker_id for job in taken] == ["b"]  # the job row was not locked
-        assert stale.written is False
-        assert atomic_jobs.count(server, COUNTER) == 0
-        assert run(client, taken[0]).written is True
-        assert atomic_jobs.count(server, COUNTER) == 1
-        Job.objects.using(server).all().delete()
+    def interfere() -> None:
+        clock.advance(LEASE + timedelta(seconds=1))
+        thief = threading.Thread(target=steal)
+        thief.start()
+        thief.join(10)
+
+    atomic_jobs.during_job = interfere
+    try:
+        stale = run(client, first)  # wrote, then lost its claim before returning
+    finally:
+        atomic_jobs.during_job = None
+
+    assert [job.worker_id for job in taken] == ["b"]  # the job row was not locked
+    assert stale.written is False
+    assert atomic_jobs.count(server, COUNTER) == 0
+    assert run(client, taken[0]).written is True
+    assert atomic_jobs.count(server, COUNTER) == 1
 
 
 def test_a_failing_atomic_job_rolls_its_write_back_and_fails_the_usual_way(
     alias: str, clock: FakeClock
 ) -> None:
-    client = client_on(alias, clock)
-    client.enqueue(atomic_jobs.bump, alias, COUNTER, fail=True)
-    claimed = claim(client, "a")
+    client, claimed = claimed_job(alias, clock, atomic_jobs.bump, alias, COUNTER, fail=True)
 
     outcome = run(client, claimed)
 
@@ -179,7 +195,6 @@ def test_the_test_runner_runs_atomic_jobs_atomically_on_the_orm_storage(
     assert atomic_jobs.count(alias, COUNTER) == 1
 
 
-@pytest.mark.parametrize("server", SERVERS)
 def test_a_long_atomic_job_keeps_its_lease_renewed_while_its_transaction_is_open(
     server: str,
 ) -> None:
@@ -196,32 +211,31 @@ def test_a_long_atomic_job_keeps_its_lease_renewed_while_its_transaction_is_open
     )
     storage = DjangoStorage(server, clock)
     client = JobClient(storage, clock, config)
-    with atomic_jobs.counter_table(server, COUNTER):  # the job outlasts two leases
-        job_id = client.enqueue(atomic_jobs.bump_slowly, server, COUNTER, 5.0)
-        owner, rival = (
-            Worker(storage, clock, config, worker_id=name, hooks=connection_hooks(), tick=TICK)
-            for name in ("owner", "rival")
-        )
-        threads = [threading.Thread(target=_run, args=(owner, server), daemon=True)]
-        threads[0].start()
-        wait_until(lambda: _state(server, job_id) is JobState.PROCESSING, 10, "the claim")
-        threads.append(threading.Thread(target=_run, args=(rival, server), daemon=True))
-        threads[1].start()  # would take the job over if its lease lapsed
-        first = _lease_until(server, job_id)
-        wait_until(lambda: _lease_until(server, job_id) > first, 3, "a renewal mid-run")
-        wait_until(lambda: _state(server, job_id) is JobState.SUCCEEDED, 10, "the success")
-        for worker in (owner, rival):
-            worker.request_stop()
-        for thread in threads:
-            thread.join(10)
+    # The job outlasts two leases.
+    job_id = client.enqueue(atomic_jobs.bump_slowly, server, COUNTER, 5.0)
+    owner, rival = (
+        Worker(storage, clock, config, worker_id=name, hooks=connection_hooks(), tick=TICK)
+        for name in ("owner", "rival")
+    )
+    threads = [threading.Thread(target=_run, args=(owner, server), daemon=True)]
+    threads[0].start()
+    wait_until(lambda: _state(server, job_id) is JobState.PROCESSING, 10, "the claim")
+    threads.append(threading.Thread(target=_run, args=(rival, server), daemon=True))
+    threads[1].start()  # would take the job over if its lease lapsed
+    first = _lease_until(server, job_id)
+    wait_until(lambda: _lease_until(server, job_id) > first, 3, "a renewal mid-run")
+    wait_until(lambda: _state(server, job_id) is JobState.SUCCEEDED, 10, "the success")
+    for worker in (owner, rival):
+        worker.request_stop()
+    for thread in threads:
+        thread.join(10)
 
-        record = client.storage.get_job(job_id)
-        assert record is not None and record.attempt == 1  # never taken over
-        assert owner.stats.fence_lost == 0 and rival.stats.claimed == 0
-        assert owner.stats.acknowledged == {JobState.SUCCEEDED: 1}  # written by the job
-        assert owner.stats.in_flight == 0
-        assert atomic_jobs.count(server, COUNTER) == 1
-        Job.objects.using(server).all().delete()
+    record = client.storage.get_job(job_id)
+    assert record is not None and record.attempt == 1  # never taken over
+    assert owner.stats.fence_lost == 0 and rival.stats.claimed == 0
+    assert owner.stats.acknowledged == {JobState.SUCCEEDED: 1}  # written by the job
+    assert owner.stats.in_flight == 0
+    assert atomic_jobs.count(server, COUNTER) == 1
 
 
 def _run(worker: Worker, alias: str) -> None:
@@ -242,23 +256,18 @@ def _lease_until(alias: str, job_id: UUID) -> datetime:
     return lease_until
 
 
-@pytest.mark.parametrize("server", [alias for alias in SERVERS if alias == "postgres"])
 def test_an_atomic_job_whose_success_cannot_be_written_fails_with_its_writes_undone(
-    server: str, clock: FakeClock
+    postgres: str, clock: FakeClock
 ) -> None:
-    with atomic_jobs.counter_table(server, COUNTER):
-        client = client_on(server, clock)
-        client.enqueue(atomic_jobs.bump_then_break, server, COUNTER)
-        claimed = claim(client, "a")
+    client, claimed = claimed_job(postgres, clock, atomic_jobs.bump_then_break, postgres, COUNTER)
 
-        outcome = run(client, claimed)
+    outcome = run(client, claimed)
 
-        assert outcome.written is None  # the failure is written the usual way
-        assert outcome.transition is not None and outcome.transition.target is JobState.DEAD
-        assert outcome.error is not None and "aborted" in str(outcome.error)
-        assert atomic_jobs.count(server, COUNTER) == 0
-        assert client.storage.apply(outcome.transition)
-        Job.objects.using(server).all().delete()
+    assert outcome.written is None  # the failure is written the usual way
+    assert outcome.transition is not None and outcome.transition.target is JobState.DEAD
+    assert outcome.error is not None and "aborted" in str(outcome.error)
+    assert atomic_jobs.count(postgres, COUNTER) == 0
+    assert client.storage.apply(outcome.transition)
 
 
 def test_an_atomic_job_cannot_checkpoint_and_fails_with_its_write_undone(
@@ -267,9 +276,7 @@ def test_an_atomic_job_cannot_checkpoint_and_fails_with_its_write_undone(
     """Its writes roll back with a failure, so its retry starts afresh anyway; and the
     checkpoint's write would lock the job's row in its transaction until it ends, so
     that its worker's heartbeat could not renew its leases meanwhile."""
-    client = client_on(alias, clock)
-    client.enqueue(atomic_jobs.bump_and_checkpoint, alias, COUNTER)
-    claimed = claim(client, "a")
+    client, claimed = claimed_job(alias, clock, atomic_jobs.bump_and_checkpoint, alias, COUNTER)
 
     outcome = run(client, claimed)
 
@@ -280,20 +287,16 @@ def test_an_atomic_job_cannot_checkpoint_and_fails_with_its_write_undone(
     assert stored(client, claimed).checkpoint is None
 
 
-@pytest.mark.parametrize("server", [alias for alias in SERVERS if alias == "postgres"])
 def test_an_atomic_jobs_success_is_one_statement_inside_its_transaction_on_postgresql(
-    server: str, clock: FakeClock
+    postgres: str, clock: FakeClock
 ) -> None:
     # The acknowledger's one-statement completion, not the portable path's (a locking
     # read, the update, then the maintained counts' rows: six statements).
-    client = client_on(server, clock)
-    client.enqueue(atomic_jobs.nothing)
-    claimed = claim(client, "a")
+    client, claimed = claimed_job(postgres, clock, atomic_jobs.nothing)
 
-    with CaptureQueriesContext(connections[server]) as captured:
+    with CaptureQueriesContext(connections[postgres]) as captured:
         assert run(client, claimed).written is True
 
     control = ("BEGIN", "SAVEPOINT", "RELEASE SAVEPOINT", "COMMIT")
     statements = [q["sql"] for q in captured.captured_queries if not q["sql"].startswith(control)]
     assert len(statements) == 1, statements
-    Job.objects.using(server).all().delete()
