@@ -10,6 +10,7 @@ Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI, wher
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from uuid import uuid4
@@ -151,16 +152,20 @@ def costs(client: Client, paths: list[str] = PATHS) -> dict[str, list[StatementC
     return measured
 
 
+def as_history_grows[T](runner: JobRunner, measure: Callable[[], T]) -> tuple[T, T]:
+    """``measure()`` with 300 finished jobs stored, then with 4,800 (counts folded)."""
+    finish_jobs(runner, 300)
+    runner.storage.fold_statistics(1000)
+    few = measure()
+    finish_jobs(runner, 4500)
+    runner.storage.fold_statistics(10_000)
+    return few, measure()
+
+
 def test_no_page_reads_more_rows_when_finished_jobs_pile_up(
     operator: Client, world: World, runner: JobRunner
 ):
-    finish_jobs(runner, 300)
-    runner.storage.fold_statistics(1000)
-    few = costs(operator)
-
-    finish_jobs(runner, 4500)
-    runner.storage.fold_statistics(10_000)
-    many = costs(operator)
+    few, many = as_history_grows(runner, lambda: costs(operator))
 
     grown = {
         path: [

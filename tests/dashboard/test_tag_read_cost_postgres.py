@@ -17,7 +17,7 @@ from millrace_django.contract import JobRecord, JobState
 from millrace_django.engine.invocation import Invocation
 from millrace_django.testing import JobRunner
 from tests.conformance.django_harness import server_marks
-from tests.dashboard.test_read_cost_postgres import API, costs, finish_jobs, run_to_success
+from tests.dashboard.test_read_cost_postgres import API, as_history_grows, costs, run_to_success
 
 pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL", with_default=True)
 
@@ -66,13 +66,7 @@ def test_a_tag_filter_reads_no_more_rows_when_finished_untagged_jobs_pile_up(
     operator: Client, runner: JobRunner
 ):
     tagged_jobs(runner)
-    finish_jobs(runner, 300)
-    runner.storage.fold_statistics(1000)
-    few = tag_costs(operator)
-
-    finish_jobs(runner, 4500)
-    runner.storage.fold_statistics(10_000)
-    many = tag_costs(operator)
+    few, many = as_history_grows(runner, lambda: tag_costs(operator))
 
     grown = {
         path: (few[path], rows)
