@@ -171,7 +171,7 @@ class WorkflowClient:
         at the start resolved: a bad condition or correlation raises here)."""
         document = to_document(data)
         queue = definition.queue or self.config.default_queue
-        self._check_queues(definition, queue)
+        queues = self._check_queues(definition, queue)
         now = self.clock.now()
         instance = WorkflowInstanceRecord(
             id=instance_id if instance_id is not None else new_id(self.clock),
@@ -187,6 +187,9 @@ class WorkflowClient:
                     module=definition.module,
                     queue=queue,
                     retry=definition.retry or self.config.default_retry,
+                    limits={
+                        q: limit for q, limit in self.config.queue_limits.items() if q in queues
+                    },
                 ),
             ),
             tenant_id=current_tenant(),
@@ -351,7 +354,8 @@ class WorkflowClient:
             return workflow
         return find(workflow, version)
 
-    def _check_queues(self, definition: Workflow, queue: str) -> None:
+    def _check_queues(self, definition: Workflow, queue: str) -> set[str]:
+        """The queues the instance's jobs go to; an unknown one raises."""
         known = frozenset(self.config.queues)
         queues = {queue}
         for node in definition.graph.nodes.values():
@@ -359,6 +363,7 @@ class WorkflowClient:
                 queues.add(node.spec.queue)
         for name in sorted(queues - known):
             raise UnknownQueue(name, known)
+        return queues
 
 
 def _with_args(job: JobRecord, args: tuple[JSON, ...]) -> JobRecord:

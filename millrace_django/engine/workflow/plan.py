@@ -26,6 +26,7 @@ The cursor (JSON, on the instance) holds what no single job knows:
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -39,9 +40,12 @@ from millrace_django.contract import (
     Invocation,
     JobRecord,
     JobState,
+    Limit,
     RetryKind,
     RetrySpec,
     WorkflowInstanceRecord,
+    limits_json,
+    limits_of,
 )
 from millrace_django.engine.retry import retry_json, retry_of
 from millrace_django.engine.workflow import targets
@@ -78,8 +82,12 @@ CLOSED = "closed"
 type Cursor = dict[str, Any]
 
 
-def initial_cursor(*, module: str, queue: str, retry: RetrySpec) -> Cursor:
-    return {
+def initial_cursor(
+    *, module: str, queue: str, retry: RetrySpec, limits: Mapping[str, Limit] | None = None
+) -> Cursor:
+    """A new instance's cursor: where its jobs go (with the limits of those queues, as
+    they were when it started, as any job carries its queue's from its enqueue)."""
+    cursor: Cursor = {
         "module": module,
         "queue": queue,
         "retry": retry_json(retry),
@@ -91,6 +99,9 @@ def initial_cursor(*, module: str, queue: str, retry: RetrySpec) -> Cursor:
         "done": [],
         "error": None,
     }
+    if limits:
+        cursor["limits"] = {q: limits_json([limit]) for q, limit in limits.items()}
+    return cursor
 
 
 _NO_RETRY = RetrySpec(kind=RetryKind.NONE, max_attempts=1)
@@ -569,9 +580,11 @@ def instance_job(
     timeout: timedelta | None = None,
     queue: str | None = None,
 ) -> JobRecord:
+    queue = queue or cursor["queue"]
     return JobRecord(
         id=job_id,
-        queue=queue or cursor["queue"],
+        queue=queue,
+        limits=limits_of(cursor.get("limits", {}).get(queue)),
         invocation=Invocation(target=target, args=args),
         state=JobState.SCHEDULED if due is not None else JobState.ENQUEUED,
         created_at=now,

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from millrace_django.contract import InstanceState, JobState
+from millrace_django.contract import InstanceState, JobState, Limit, queue_scope
+from millrace_django.engine import EngineSettings, Retry
 from millrace_django.engine.errors import UnknownQueue
 from millrace_django.engine.workflow import (
     InvalidWorkflowData,
@@ -343,3 +344,21 @@ def test_the_runner_lists_instances_newest_first(
     assert page.next_cursor is not None
     rest = workflows.list(states=[InstanceState.COMPLETED], limit=2, cursor=page.next_cursor)
     assert [s.id for s in rest.items] == [one]
+
+
+def test_a_workflows_jobs_carry_the_limits_of_their_queue() -> None:
+    limit = Limit(scope=queue_scope("default"), concurrency=2)
+    runner = JobRunner(
+        config=EngineSettings(
+            queues=frozenset({"default", "side"}),
+            default_retry=Retry.none(),
+            queue_limits={"default": limit},
+        )
+    )
+    instance_id = runner.workflows.start(flows.LINEAR, {"order": 1})
+
+    (first,) = runner.jobs()
+    assert first.limits == (limit,)
+    assert runner.run_until_idle() == 3
+    runner.assert_instance(instance_id, InstanceState.COMPLETED)
+    assert [job.limits for job in runner.jobs()] == [(limit,)] * 3
