@@ -102,23 +102,38 @@ def run_claimed(
         if isinstance(started, Outcome):
             return _seen(observed, started)
         prepared = started
-
-        def attempt() -> Outcome:
-            error: BaseException | None = None
-            result: object = None
-            try:
-                result = run_attempt(job, prepared, context, loop=loop)
-            except BaseException as raised:  # the job's failure, whatever it is (see above)
-                error = raised
-            outcome = _end(job, context, prepared, error, result, clock=clock, config=config)
-            return _carried(observed, outcome)
-
         if prepared.definition.atomic:
-            outcome = _atomically(job, context, attempt, clock=clock, config=config)
+            outcome = _atomically(
+                job,
+                context,
+                lambda: _attempt(job, prepared, context, observed, clock, config, loop),
+                clock=clock,
+                config=config,
+            )
         else:
-            outcome = attempt()
+            outcome = _attempt(job, prepared, context, observed, clock, config, loop)
         observed.end(outcome.transition, outcome.error)
         return outcome
+
+
+def _attempt(
+    job: JobRecord,
+    prepared: PreparedJob,
+    context: JobContext,
+    observed: Observed,
+    clock: Clock,
+    config: EngineConfig,
+    loop: asyncio.AbstractEventLoop | None,
+) -> Outcome:
+    """Call the function and decide the outcome (see :func:`run_claimed`)."""
+    error: BaseException | None = None
+    result: object = None
+    try:
+        result = run_attempt(job, prepared, context, loop=loop)
+    except BaseException as raised:  # the job's failure, whatever it is (see run_claimed)
+        error = raised
+    outcome = _end(job, context, prepared, error, result, clock=clock, config=config)
+    return _carried(observed, outcome)
 
 
 async def run_claimed_async(

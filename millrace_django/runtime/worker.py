@@ -410,7 +410,8 @@ class Worker:
         executions = []
         for job in claimed:
             context = JobContext.for_job(job, clock, storage=storage)
-            context.instance = instances.get(job.id)
+            if instances:
+                context.instance = instances.get(job.id)
             executions.append(Execution(job, context))
         return executions
 
@@ -509,7 +510,9 @@ class Worker:
         self._finish(execution, outcome)
 
     def _begin(self, execution: Execution) -> bool:
-        if execution.missed_deadline(self._clock.now(), self._config.lease):
+        if execution.job.expires_at is not None and execution.missed_deadline(
+            self._clock.now(), self._config.lease
+        ):
             logger.info(
                 "job %s not started: its deadline passed while it waited for a thread",
                 execution.job.id,
