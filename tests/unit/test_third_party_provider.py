@@ -81,7 +81,10 @@ def test_a_job_runs_end_to_end_through_a_provider_named_by_its_dotted_path(
     guide_project: Path, provider_settings: Any
 ) -> None:
     provider_settings.MILLRACE = {**provider_settings.MILLRACE, "STORAGE": FACTORY}
-    assert check_settings() == []
+    # E012 would name the atomic jobs other test modules registered in this process
+    # (the guide's provider, wrapping the memory one, cannot run those): not the
+    # provider's own doing.
+    assert [error for error in check_settings() if error.id != "millrace.E012"] == []
     storage = wiring.storage()
     assert type(storage).__qualname__ == "CountingStorage"
 
