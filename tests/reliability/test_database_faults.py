@@ -110,6 +110,7 @@ DRAIN_SECONDS = 120.0
 """Bound on any backlog's drain."""
 SUCCEEDED = JOB_STATE_CODES[JobState.SUCCEEDED]
 RETRY_PAUSE = re.compile(r"retrying \d+ in ([\d.]+) s")
+GIVEN_UP = "given up at the end of its lease"
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ \[\d+\] ([\w.]+): (.*)$")
 
 
@@ -291,6 +292,16 @@ def test_completions_that_cannot_be_written_are_retried_until_the_lease_ends_the
         time.sleep(
             max(0.0, blocked_at + SIZES.blocked_leases * LEASE.total_seconds() - time.monotonic())
         )
+        # ...and each job's first completion given up (at the acknowledger's first retry
+        # after its lease ended, which a loaded machine can put after that sleep).
+        wait_until(
+            lambda: all(
+                any(str(job) in message for _, message in log_lines(worker, GIVEN_UP))
+                for job in ids
+            ),
+            2 * LEASE.total_seconds() + 10,
+            "every job's first completion given up",
+        )
         assert succeeded(database.url) == 0
         blocker.unblock()
         wait_for_successes(database.url, len(ids), 30)
@@ -313,7 +324,7 @@ def test_completions_that_cannot_be_written_are_retried_until_the_lease_ends_the
     # ...until the claim's lease ended, then given up; and that lease was renewed for at
     # most one lease after the job returned, so it ended within two (a live heartbeat
     # kept no dead claim alive for good: Solid Queue #748).
-    given_up = log_lines(worker, "given up at the end of its lease")
+    given_up = log_lines(worker, GIVEN_UP)
     finishes = {(e.job_id, e.attempt): e.wall for e in rig.ledger.events("finish")}
     for job_id in ids:
         first_reclaim = next(
