@@ -283,6 +283,25 @@ class JobTag(models.Model):
         return f"{self.tag} on job {self.job_id}"
 
 
+class TagTarget(models.Model):
+    """A tag some job of a function was stored with: written once per pair by the first
+    such enqueue, never deleted (a few rows per tag), so that a tag's catalog finds its
+    functions without reading their jobs."""
+
+    id = models.BigAutoField(primary_key=True)
+    tag = ExactCharField(max_length=64)
+    target = ExactCharField(max_length=500)
+
+    class Meta:
+        db_table = "millrace_tag_target"
+        constraints = [
+            models.UniqueConstraint(fields=["tag", "target"], name="millrace_tag_target_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tag} on {self.target}"
+
+
 class Recurring(models.Model):
     """A cron definition; ``next_fire_time`` is its compare-and-set fence."""
 

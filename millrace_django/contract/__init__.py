@@ -9,6 +9,7 @@ from millrace_django.contract.attempts import (
 from millrace_django.contract.catalog import (
     RUN_TIME_WINDOW,
     CatalogEntry,
+    catalog_total,
     run_time_bucket,
 )
 from millrace_django.contract.cursor import (
@@ -188,6 +189,7 @@ __all__ = [
     "WorkflowStorage",
     "attempt_after",
     "can_transition",
+    "catalog_total",
     "clamp_limit",
     "decode_time_id",
     "decode_time_text",

@@ -3,13 +3,16 @@
 Every figure comes from what a provider keeps anyway, never from counting finished jobs:
 unfinished jobs are counted where they are (few, through the indexes that hold them),
 finished ones from the maintained counts, and the last error is read from the newest
-failed or dead job of the function alone.
+failed or dead job of the function alone. A tag's catalog is the entries of the
+functions whose jobs were stored with that tag, and their sum (:func:`catalog_total`): tags
+are a function's labels, so its figures are counted per function, not per tag.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -65,6 +68,9 @@ class CatalogEntry:
     run_times: Mapping[int, int] | None = None
     """Successes that finished within :data:`RUN_TIME_WINDOW`, counted per run-time
     bucket (:data:`RUN_TIME_BOUNDS`): how long each ran, from its claim to its end."""
+    tags: tuple[str, ...] = ()
+    """Every tag the function's jobs were stored with (kept once seen, even after those
+    jobs are purged), sorted."""
 
     @property
     def failure_rate(self) -> float | None:
@@ -94,3 +100,30 @@ class CatalogEntry:
     def total(self) -> int:
         """Jobs of the function stored now."""
         return sum(self.jobs_by_state.values())
+
+
+def catalog_total(label: str, entries: Sequence[CatalogEntry]) -> CatalogEntry:
+    """The figures of ``entries`` together, as one entry named ``label`` (a tag's total):
+    counts and run-time buckets summed, the newest last error of them all, their tags."""
+    by_state: Counter[JobState] = Counter(dict.fromkeys(JobState, 0))
+    runs: Counter[int] = Counter()
+    for entry in entries:
+        by_state.update(entry.jobs_by_state)
+        runs.update(entry.run_times or {})
+    errors = [entry for entry in entries if entry.last_error_job is not None]
+    newest = max(errors, key=_error_order, default=None)
+    return CatalogEntry(
+        target=label,
+        jobs_by_state=dict(by_state),
+        last_error=None if newest is None else newest.last_error,
+        last_error_job=None if newest is None else newest.last_error_job,
+        last_error_at=None if newest is None else newest.last_error_at,
+        run_times=dict(runs),
+        tags=tuple(sorted({tag for entry in entries for tag in entry.tags})),
+    )
+
+
+def _error_order(entry: CatalogEntry) -> tuple[datetime, bytes]:
+    """Newest first as the job list orders: creation time, then the id's bytes."""
+    assert entry.last_error_job is not None and entry.last_error_at is not None
+    return entry.last_error_at, entry.last_error_job.bytes

@@ -469,10 +469,13 @@ class MonitoringStorage(Protocol):
         jobs' index), never by the table's size."""
         ...
 
-    def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
+    def get_catalog(
+        self, tenant: TenantFilter, target: str | None = None, tag: str | None = None
+    ) -> list[CatalogEntry]:
         """One entry per job function with jobs of ``tenant`` stored (only ``target``'s
-        when given; none if it has none), by target: its jobs per state (every state,
-        zeros included) and its last error (see
+        when given; with ``tag``, only the functions whose jobs were ever stored with
+        that tag; none if none), by target: its jobs per state (every state, zeros
+        included), its last error and its tags (see
         :class:`~millrace_django.contract.catalog.CatalogEntry`). Finished jobs are
         counted from the maintained counts and at most one is read per function, its
         newest dead one (per queue): the cost does not grow with the finished jobs."""

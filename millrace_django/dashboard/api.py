@@ -15,7 +15,7 @@ from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 
-from millrace_django.contract import Page, TenantFilter
+from millrace_django.contract import Page, TenantFilter, catalog_total
 from millrace_django.dashboard import actions, services, wire
 from millrace_django.dashboard.actions import JobAction, Outcome, QueueAction, RecurringAction
 from millrace_django.dashboard.audit import audit, listed
@@ -23,6 +23,7 @@ from millrace_django.dashboard.authorization import Permission
 from millrace_django.dashboard.catalog import target_problem
 from millrace_django.dashboard.endpoints import guarded
 from millrace_django.dashboard.filters import (
+    CatalogFilter,
     InstanceFilter,
     JobFilter,
     PagingForm,
@@ -142,14 +143,19 @@ def catalog_function(request: HttpRequest, target: str) -> HttpResponse:
 
 
 def _catalog(request: HttpRequest, target: str | None) -> JsonResponse:
-    """Every function's catalog entry, or ``target``'s alone (a 404 if it has none)."""
-    filterset = StatisticsFilter(_filter_data(request.GET))
+    """Every function's catalog entry (with ``tag``, its functions' and their total), or
+    ``target``'s alone (a 404 if it has none)."""
+    filterset = (StatisticsFilter if target else CatalogFilter)(_filter_data(request.GET))
     if not filterset.is_valid():
         errors = wire.form_errors(filterset.form.errors, RENAMED)
         return problem(400, "Invalid query parameters", errors=errors)
-    entries = services.monitoring().get_catalog(filterset.tenant_filter(), target)
+    tag = filterset.values.get("tag") or None
+    entries = services.monitoring().get_catalog(filterset.tenant_filter(), target, tag)
     if target is None:
-        return JsonResponse({"items": [wire.catalog_entry(entry) for entry in entries]})
+        body: dict[str, Any] = {"items": [wire.catalog_entry(entry) for entry in entries]}
+        if tag is not None:
+            body["total"] = wire.catalog_entry(catalog_total(tag, entries))
+        return JsonResponse(body)
     if not entries:
         return problem(404, "Not found", f"No job of {target!r} is stored.")
     return JsonResponse(wire.catalog_entry(entries[0]))

@@ -74,6 +74,15 @@ def _created_range() -> tuple[django_filters.IsoDateTimeFilter, django_filters.I
     )
 
 
+def _tag() -> django_filters.CharFilter:
+    return django_filters.CharFilter(
+        label="Tag",
+        help_text="exact tag; read through the tags' index",
+        max_length=MAX_TAG_LENGTH,
+        validators=[tag_validator],
+    )
+
+
 class ReadModelFilterSet(django_filters.FilterSet):  # type: ignore[misc]
     """A filter set whose result is a read-model query (``query()``), not a queryset.
 
@@ -110,6 +119,12 @@ class StatisticsFilter(ReadModelFilterSet):
     """The overview's tenant filter."""
 
 
+class CatalogFilter(ReadModelFilterSet):
+    """The catalog's: a tenant and a tag (the functions whose jobs carried it)."""
+
+    tag = _tag()
+
+
 class JobFilter(ReadModelFilterSet):
     state = django_filters.MultipleChoiceFilter(
         label="State",
@@ -129,12 +144,7 @@ class JobFilter(ReadModelFilterSet):
             help_text="any letter case; reads every job unless indexed (see the docs)",
             max_length=500,
         )
-    tag = django_filters.CharFilter(
-        label="Tag",
-        help_text="exact tag; read through the tags' index",
-        max_length=MAX_TAG_LENGTH,
-        validators=[tag_validator],
-    )
+    tag = _tag()
 
     def query(self, *, cursor: str | None, limit: int) -> JobQuery:
         values = self.values

@@ -128,6 +128,7 @@ def catalog_entry(entry: CatalogEntry) -> dict[str, Any]:
         "recentRuns": entry.recent_runs,
         "runTimeP50": seconds(entry.run_time_p50),
         "runTimeP95": seconds(entry.run_time_p95),
+        "tags": list(entry.tags),
     }
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 from django.test import Client
 from django.urls import reverse
 
-from tests.dashboard.sample import World
+from tests.dashboard.sample import World, nightly_cleanup, send_welcome
 
 API = "/admin/millrace/api/v1"
 IMPORT = "tests.dashboard.sample:import_orders"
 WELCOME = "tests.dashboard.sample:send_welcome"
+CLEANUP = "tests.dashboard.sample:nightly_cleanup"
 
 
 def test_the_api_catalog_lists_each_function_with_its_figures(viewer: Client, world: World):
@@ -84,3 +85,31 @@ def test_run_times_of_the_last_hours_successes_are_shown_as_bucket_estimates(
     assert entry["runTimeP50"] is not None and entry["runTimeP95"] >= entry["runTimeP50"]
     assert "bucket estimates" in page.content.decode()
     assert 'id="mr-run-times">p50 ≤' in page.content.decode()
+
+
+def test_a_tags_catalog_lists_its_functions_with_their_total(viewer: Client, world: World):
+    send_welcome.using(tags=("onboarding",)).enqueue(7)
+    nightly_cleanup.using(tags=("onboarding", "ops")).enqueue()
+
+    api = viewer.get(f"{API}/catalog", {"tag": "onboarding"}).json()
+    body = viewer.get(reverse("millrace_dashboard:catalog"), {"tag": "onboarding"}).content
+    listed = viewer.get(reverse("millrace_dashboard:catalog")).content.decode()
+
+    assert [item["target"] for item in api["items"]] == [CLEANUP, WELCOME]
+    welcome = api["items"][1]
+    assert welcome["tags"] == ["onboarding"]
+    assert api["total"]["target"] == "onboarding"
+    assert api["total"]["jobsByState"]["enqueued"] == sum(
+        item["jobsByState"]["enqueued"] for item in api["items"]
+    )
+    page = body.decode()
+    assert 'id="mr-catalog-total"' in page and IMPORT not in page
+    assert f'href="{reverse("millrace_dashboard:catalog")}?tag=ops"' in listed
+
+
+def test_a_tag_no_job_can_carry_is_a_400_that_says_why(viewer: Client, world: World):
+    api = viewer.get(f"{API}/catalog", {"tag": "x" * 65})
+    page = viewer.get(reverse("millrace_dashboard:catalog"), {"tag": "a b"})
+
+    assert api.status_code == 400 and "tag" in api.json()["errors"]
+    assert page.status_code == 400 and "letters, digits" in page.content.decode()

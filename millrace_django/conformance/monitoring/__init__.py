@@ -10,7 +10,11 @@ from typing import Any
 
 
 def _compose() -> type:
-    from millrace_django.conformance.monitoring.catalog import CatalogFacts, RunTimeFacts
+    from millrace_django.conformance.monitoring.catalog import (
+        CatalogFacts,
+        RunTimeFacts,
+        TagCatalogFacts,
+    )
     from millrace_django.conformance.monitoring.history import AttemptHistoryFacts
     from millrace_django.conformance.monitoring.instances import InstanceQueryFacts
     from millrace_django.conformance.monitoring.jobs import JobQueryFacts
@@ -37,6 +41,7 @@ def _compose() -> type:
         TagFacts,
         CatalogFacts,
         RunTimeFacts,
+        TagCatalogFacts,
     ):
         """Every fact a :class:`~millrace_django.contract.MonitoringStorage` must hold."""
 

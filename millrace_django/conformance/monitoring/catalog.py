@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -16,6 +17,8 @@ from millrace_django.conformance.support import (
     enqueue,
     fail,
     job_in_state,
+    make_job,
+    race,
     stored_job,
     succeed,
 )
@@ -26,10 +29,12 @@ from millrace_django.contract import (
     JobState,
     JobTransition,
     TenantFilter,
+    catalog_total,
 )
 
 ALPHA = "catalog.jobs:alpha"
 BETA = "catalog.jobs:beta"
+GAMMA = "catalog.jobs:gamma"
 
 
 def _job(
@@ -149,6 +154,72 @@ class CatalogFacts(FactGroup):
         assert store.jobs.purge_finished(clock.now(), 2) == 2
 
         assert _entries(store)[ALPHA].jobs_by_state[JobState.SUCCEEDED] == 1
+
+
+class TagCatalogFacts(FactGroup):
+    heading: ClassVar[str] = "Job catalog: per tag"
+
+    def test_a_tags_catalog_holds_the_functions_its_jobs_were_stored_with(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """With a tag: the functions any job carried it on, each with all its figures."""
+        _job(store, clock, ALPHA, JobState.SUCCEEDED, tags=("billing", "eu"))
+        _job(store, clock, ALPHA, JobState.DEAD)
+        _job(store, clock, BETA, JobState.ENQUEUED, tags=("mail",))
+        _job(store, clock, GAMMA, JobState.ENQUEUED)
+
+        billing = store.monitoring.get_catalog(TenantFilter.any(), tag="billing")
+        every = _entries(store)
+
+        assert [entry.target for entry in billing] == [ALPHA]
+        assert billing[0].total == 2 and billing[0].tags == ("billing", "eu")
+        assert (every[BETA].tags, every[GAMMA].tags) == (("mail",), ())
+        assert store.monitoring.get_catalog(TenantFilter.any(), tag="unseen") == []
+
+    def test_a_functions_tags_are_kept_after_its_tagged_jobs_go(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """A tag once stored on a function's job stays its tag after that job is purged."""
+        _job(store, clock, ALPHA, JobState.SUCCEEDED, tags=("billing",))
+        clock.advance(timedelta(seconds=1))
+        assert store.jobs.purge_finished(clock.now(), 10) == 1
+        _job(store, clock, ALPHA, JobState.ENQUEUED)
+
+        (entry,) = store.monitoring.get_catalog(TenantFilter.any(), tag="billing")
+
+        assert (entry.target, entry.total, entry.tags) == (ALPHA, 1, ("billing",))
+
+    def test_racing_enqueues_of_a_new_tag_store_every_job_and_the_tag_once(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """8 enqueues racing to be the first with a tag on a function all succeed."""
+        jobs = [
+            make_job(clock, invocation=Invocation(target=ALPHA), tags=("new",)) for _ in range(8)
+        ]
+
+        stored = race(store, [partial(store.jobs.enqueue, [job]) for job in jobs])
+
+        assert sorted(stored) == sorted([job.id] for job in jobs)
+        (entry,) = store.monitoring.get_catalog(TenantFilter.any(), tag="new")
+        assert (entry.total, entry.tags) == (8, ("new",))
+
+    def test_a_tags_total_sums_its_functions_figures(
+        self, store: StoreUnderTest, clock: FakeClock
+    ) -> None:
+        """catalog_total sums counts and run times and keeps the newest last error."""
+        _job(store, clock, ALPHA, JobState.SUCCEEDED, tags=("billing",))
+        _failing(store, clock, ALPHA, "older")
+        newest = _failing(store, clock, BETA, "newest")
+        _job(store, clock, BETA, JobState.SUCCEEDED, tags=("billing",))
+
+        total = catalog_total(
+            "billing", store.monitoring.get_catalog(TenantFilter.any(), tag="billing")
+        )
+
+        assert total.jobs_by_state[JobState.SUCCEEDED] == 2
+        assert total.jobs_by_state[JobState.FAILED] == 2
+        assert (total.last_error, total.last_error_job) == ("newest", newest)
+        assert total.tags == ("billing",)
 
 
 def _ran(store: StoreUnderTest, clock: FakeClock, seconds: list[float]) -> list[JobTransition]:

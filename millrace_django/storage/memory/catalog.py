@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from millrace_django.contract import (
@@ -15,21 +14,28 @@ from millrace_django.contract import (
     floor_minute,
     run_time_bucket,
 )
+from millrace_django.storage.memory.tables import Tables
 
 _ERRORED = frozenset({JobState.DEAD, JobState.FAILED})
 
 
 def catalog(
-    jobs: Iterable[JobRecord], tenant: TenantFilter, target: str | None, now: datetime
+    tables: Tables, tenant: TenantFilter, target: str | None, tag: str | None, now: datetime
 ) -> list[CatalogEntry]:
-    """One entry per target of ``jobs`` of ``tenant`` (only ``target`` when given)."""
+    """One entry per target of the jobs of ``tenant`` (only ``target`` when given, only
+    the targets ``tag`` was seen on when given)."""
+    tags: dict[str, list[str]] = {}
+    for seen_tag, seen_target in sorted(tables.tag_targets):
+        tags.setdefault(seen_target, []).append(seen_tag)
     counts: dict[str, Counter[JobState]] = {}
     errored: dict[str, JobRecord] = {}
     runs: dict[str, Counter[int]] = {}
     since = floor_minute(now - RUN_TIME_WINDOW)
-    for job in jobs:
+    for job in tables.jobs.values():
         name = job.invocation.target
         if not tenant.matches(job.tenant_id) or target not in (None, name):
+            continue
+        if tag is not None and tag not in tags.get(name, ()):
             continue
         counts.setdefault(name, Counter())[job.state] += 1
         ran = _run_time(job, since)
@@ -46,6 +52,7 @@ def catalog(
             last_error_job=errored[name].id if name in errored else None,
             last_error_at=errored[name].created_at if name in errored else None,
             run_times=dict(runs.get(name, {})),
+            tags=tuple(tags.get(name, ())),
         )
         for name, by_state in sorted(counts.items())
     ]

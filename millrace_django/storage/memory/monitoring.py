@@ -169,9 +169,11 @@ class MemoryMonitoring:
                 rows, _job_key, query.cursor, query.limit, lambda job: summarize_job(job, tables)
             )
 
-    def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
+    def get_catalog(
+        self, tenant: TenantFilter, target: str | None = None, tag: str | None = None
+    ) -> list[CatalogEntry]:
         with self._store._reading() as tables:
-            return catalog(tables.jobs.values(), tenant, target, self._store.clock.now())
+            return catalog(tables, tenant, target, tag, self._store.clock.now())
 
     def fold_statistics(self, limit: int) -> int:
         """Nothing to fold: memory counts its own tables."""

@@ -50,6 +50,8 @@ class Tables:
     limit_starts: dict[str, list[datetime]] = field(default_factory=dict)
     """Per rate-limited scope: its recent start times."""
     workers: dict[str, WorkerHeartbeat] = field(default_factory=dict)
+    tag_targets: set[tuple[str, str]] = field(default_factory=set)
+    """Every ``(tag, target)`` a stored job carried, kept once seen (the catalog's)."""
     last_seq: int = 0
 
     def put_job(self, old: JobRecord | None, new: JobRecord | None) -> None:
@@ -108,6 +110,9 @@ class UndoLog:
         tables.last_seq += 1
         tables.seq[job.id] = tables.last_seq
         self._undo.append(lambda: tables.seq.__delitem__(job.id))
+        seen = {(tag, job.invocation.target) for tag in job.tags} - tables.tag_targets
+        tables.tag_targets |= seen
+        self._undo.append(lambda: tables.tag_targets.difference_update(seen))
         self.put_job(None, job)
 
     def delete_job(self, job: JobRecord) -> None:

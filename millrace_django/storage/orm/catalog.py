@@ -5,6 +5,7 @@ state's partial index (they are few); finished ones are summed from the maintain
 tallies (:mod:`.tallies`); the last error is the newest ``failed`` job of the function
 (an unfinished state) or its newest ``dead`` job in each queue the tallies show it
 died in, each the head of a range of ``millrace_job_finished_group``: one row per group.
+A function's tags, and a tag's functions, come from ``millrace_tag_target``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from millrace_django.contract import (
 )
 from millrace_django.models import JOB_STATES, Job, Tally, TallySubject, job_codes
 from millrace_django.models import JobStateCode as Code
-from millrace_django.storage.orm import tallies
+from millrace_django.storage.orm import tags, tallies
 from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.queries import descending, tenant_q
 
@@ -35,9 +36,18 @@ _ACTIVE = job_codes(ACTIVE_JOB_STATES)
 _ERROR_FIELDS = ("created_at", "uuid", "last_error")
 
 
-def catalog(ctx: OrmContext, tenant: TenantFilter, target: str | None) -> list[CatalogEntry]:
-    """The entries of ``tenant``'s functions (``target``'s alone when given)."""
+def catalog(
+    ctx: OrmContext, tenant: TenantFilter, target: str | None, tag: str | None
+) -> list[CatalogEntry]:
+    """The entries of ``tenant``'s functions (``target``'s alone when given; with
+    ``tag``, those of the functions it was seen on)."""
+    tagged = tags.targets(ctx)
     narrowed = tenant_q(tenant) & (Q() if target is None else Q(target=target))
+    if tag is not None:
+        named = [name for name, seen in tagged.items() if tag in seen]
+        if not named:
+            return []
+        narrowed &= Q(target__in=named)
     counts: dict[str, Counter[JobState]] = {}
     for name, code, n in [
         *finished_counts(ctx.tallies(), narrowed),
@@ -64,6 +74,7 @@ def catalog(ctx: OrmContext, tenant: TenantFilter, target: str | None) -> list[C
                 last_error_job=None if error is None else error[1],
                 last_error_at=None if error is None else error[0],
                 run_times=runs.get(name, {}),
+                tags=tagged.get(name, ()),
             )
         )
     return entries

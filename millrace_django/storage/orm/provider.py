@@ -322,8 +322,10 @@ class DjangoStorage:
     def get_throughput(self, since: datetime, until: datetime) -> list[ThroughputPoint]:
         return self._monitoring.get_throughput(since, until)
 
-    def get_catalog(self, tenant: TenantFilter, target: str | None = None) -> list[CatalogEntry]:
-        return self._ctx.tx.read(lambda: catalog(self._ctx, tenant, target))
+    def get_catalog(
+        self, tenant: TenantFilter, target: str | None = None, tag: str | None = None
+    ) -> list[CatalogEntry]:
+        return self._ctx.tx.read(lambda: catalog(self._ctx, tenant, target, tag))
 
 
 def _read_time(alias: str, sql: str) -> datetime:

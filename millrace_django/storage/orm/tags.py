@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
 from millrace_django.contract import JobRecord
-from millrace_django.models import Job, JobTag
+from millrace_django.models import Job, JobTag, TagTarget
 from millrace_django.storage.orm.context import OrmContext
 
 
@@ -23,10 +24,42 @@ def rows(ctx: OrmContext) -> QuerySet[JobTag]:
 
 def store(ctx: OrmContext, inserted: Iterable[tuple[Job, JobRecord]]) -> None:
     """Write the tags of newly inserted jobs (rows with their keys) as the records give
-    them."""
+    them, and the ``(tag, target)`` pairs not seen before."""
     tagged = [JobTag(job_id=row.seq, tag=tag) for row, job in inserted for tag in job.tags]
     if tagged:
         rows(ctx).bulk_create(tagged)
+        _pair(ctx, {(tag, job.invocation.target) for _, job in inserted for tag in job.tags})
+
+
+def _pair(ctx: OrmContext, pairs: set[tuple[str, str]]) -> None:
+    """Insert the pairs not stored yet. Two enqueues may race to insert the same pair:
+    where the database can ignore the conflict it does; elsewhere (SQL Server) the
+    loser's savepoint rolls back and its enqueue goes on, the pair being there."""
+    stored = TagTarget.objects.using(ctx.alias)
+    tags = {tag for tag, _ in pairs}
+    pairs -= set(stored.filter(tag__in=tags).values_list("tag", "target"))
+    if not pairs:
+        return
+    new = [TagTarget(tag=tag, target=target) for tag, target in sorted(pairs)]
+    if connections[ctx.alias].features.supports_ignore_conflicts:
+        stored.bulk_create(new, ignore_conflicts=True)
+        return
+    try:
+        with transaction.atomic(using=ctx.alias):
+            stored.bulk_create(new)
+    except IntegrityError:
+        pass
+
+
+def targets(ctx: OrmContext) -> dict[str, tuple[str, ...]]:
+    """Every target's tags, sorted (the whole ``millrace_tag_target``: a few rows per
+    tag)."""
+    found: dict[str, list[str]] = {}
+    for tag, target in (
+        TagTarget.objects.using(ctx.alias).order_by("tag").values_list("tag", "target")
+    ):
+        found.setdefault(target, []).append(tag)
+    return {target: tuple(tags) for target, tags in found.items()}
 
 
 def of_job(ctx: OrmContext, seq: int) -> tuple[str, ...]:
