@@ -20,8 +20,8 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from millrace_django.contract import Limit, RetrySpec
+from millrace_django.engine.declared_limits import concurrency_of, queue_limit
 from millrace_django.engine.errors import InvalidRetry
-from millrace_django.engine.limits import concurrency_of, queue_limit
 from millrace_django.engine.retry import validate_retry
 from millrace_django.runtime.config import RuntimeSettings
 from millrace_django.storage import PROVIDERS

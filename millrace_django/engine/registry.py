@@ -29,9 +29,9 @@ from asgiref.sync import sync_to_async
 
 from millrace_django.contract import DuplicatePolicy, Rate, RetrySpec, tags_of
 from millrace_django.engine import current
+from millrace_django.engine.declared_limits import concurrency_of, rate_of
 from millrace_django.engine.errors import InvalidJobDefinition
 from millrace_django.engine.expiry import Expiry, expiry_of
-from millrace_django.engine.limits import concurrency_of, rate_of
 from millrace_django.engine.retry import (
     ExceptionClasses,
     exception_classes,

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 
 class OrmContext:
-    """One storage's view of its database."""
+    """One storage's view of its database. Internal to the ORM provider: every module
+    of it takes one, nothing outside it should."""
 
     def __init__(
         self,

@@ -34,7 +34,10 @@ from millrace_django.storage.orm.workflows import checkpoint_many
 
 
 class HotPath(Protocol):
-    """Where a method sends exactly one statement (which announces whatever it makes
+    """The claim, acknowledgement and insert statements a :class:`.vendors.Vendor` runs;
+    internal to the ORM provider, not an extension point.
+
+    Where a method sends exactly one statement (which announces whatever it makes
     claimable itself), the ``..._is_one_statement`` predicates say so, and the call may
     run that statement alone in autocommit (see ``Transactions.write``)."""
 

@@ -45,7 +45,8 @@ class ConfigurationProblem:
 
 
 class Vendor:
-    """The portable defaults; subclasses override only what their database needs."""
+    """The portable defaults; subclasses override only what their database needs.
+    Internal to the ORM provider (chosen by :func:`vendor_for`), not an extension point."""
 
     reads_in_transaction: bool = False
     """Whether reads need a transaction for their statements to be bounded."""

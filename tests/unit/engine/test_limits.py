@@ -13,7 +13,7 @@ from millrace_django.conf import InvalidSettings, parse_settings
 from millrace_django.conformance.support import make_job
 from millrace_django.contract import ClaimRequest, Invocation, Limit, Rate, RecurringRecord
 from millrace_django.engine import EngineSettings, InvalidJobDefinition, JobClient, job
-from millrace_django.engine.limits import queue_limit
+from millrace_django.engine.declared_limits import queue_limit
 from millrace_django.engine.outcomes import failure_observer_jobs
 from millrace_django.engine.recurring import occurrence
 from millrace_django.storage.memory import MemoryStorage
