@@ -138,6 +138,16 @@ def test_a_flaky_task_succeeds_on_a_retry_and_its_context_counts_attempts(
     assert seen["errors"] == ["tests.tasks.tasks_under_test.FlakyError"] * 2
 
 
+def test_an_error_is_named_by_the_class_the_task_raised_not_by_its_traceback_text(
+    runner: JobRunner,
+) -> None:
+    result = t.always_fails.using(max_attempts=1).enqueue("first line\nsecond line")
+    runner.run_until_idle(throw_on_failure=False)
+    (error,) = t.always_fails.get_result(result.id).errors
+    assert error.traceback.endswith("ValueError: first line\nsecond line\n")
+    assert error.exception_class_path == "builtins.ValueError"  # the text's last line is not
+
+
 def test_max_attempts_caps_the_runs(runner: JobRunner) -> None:
     once = t.always_fails.using(max_attempts=1)
     assert once.retry == QUICK_RETRY  # using() keeps the other options

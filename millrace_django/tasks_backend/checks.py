@@ -6,21 +6,16 @@ Django runs every configured backend's ``check()`` from ``manage.py check`` (and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.apps import apps
 from django.core.checks import CheckMessage, Error, Warning
+from django.tasks.backends.base import BaseTaskBackend
 
 from millrace_django.conf import InvalidSettings, get_settings
-
-if TYPE_CHECKING:
-    from millrace_django.tasks_backend import MillraceBackend
+from millrace_django.tasks_backend.options import options_problems
 
 
-def backend_problems(backend: MillraceBackend) -> list[CheckMessage]:
+def backend_problems(backend: BaseTaskBackend) -> list[CheckMessage]:
     """What keeps ``backend``'s tasks from being stored, run or read back."""
-    from millrace_django.tasks_backend import options_problems
-
     where = f"TASKS[{backend.alias!r}]"
     problems: list[CheckMessage] = [
         Error(
