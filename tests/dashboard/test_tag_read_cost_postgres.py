@@ -1,5 +1,6 @@
-"""A tag filter reads the tag's jobs alone, on PostgreSQL: no scan per state, and as
-many rows with thousands of finished untagged jobs stored as with a few.
+"""A tag filter reads the tag's jobs alone, and a tag's catalog its functions' figures, on
+PostgreSQL: no scan per state, and as many rows with thousands of finished untagged jobs
+stored as with a few.
 
 Rows read are PostgreSQL's own count of what each statement's plan read (plans.py).
 Configured by MILLRACE_TEST_POSTGRES_URL; skipped when unset, except in CI, where it fails.
@@ -29,6 +30,8 @@ PATHS = [
     "jobs/?tag=invoices&state=enqueued&state=succeeded",
     f"{API}jobs?tag=invoices",
     f"{API}jobs?tag=invoices&state=succeeded&limit=5",
+    "catalog/?tag=invoices",
+    f"{API}catalog?tag=invoices",
 ]
 
 
@@ -78,3 +81,16 @@ def test_a_tag_filter_reads_no_more_rows_when_finished_untagged_jobs_pile_up(
         # The tag's index entries and its jobs, never a state's whole index. (On the
         # small table the planner may read all of it at once: cheaper there.)
         assert max(rows) <= 3 * TAGGED + 1, (path, rows)
+
+
+def test_a_tags_catalog_on_postgresql_lists_its_function_with_every_job_of_it(
+    operator: Client, runner: JobRunner
+):
+    tagged_jobs(runner)
+
+    catalog = operator.get(f"{API}catalog", {"tag": "eu"}).json()
+
+    assert [item["target"] for item in catalog["items"]] == ["tests.dashboard.sample:send_welcome"]
+    assert catalog["items"][0]["tags"] == ["eu", "invoices"]
+    assert catalog["total"]["jobsByState"]["succeeded"] == TAGGED // 2
+    assert catalog["total"]["jobsByState"]["enqueued"] == TAGGED // 2
