@@ -4,6 +4,9 @@ Bind a provider in a few lines (see ``docs/writing-a-storage-provider.md``)::
 
     class TestMyJobs(MyBinding, JobStorageFacts): ...
 
+A binding whose store runs one writer at a time sets ``contention =
+SINGLE_WRITER_CONTENTION`` on its fact groups: fewer racers prove the same there.
+
 The suites load lazily, so importing a helper module does not import every fact.
 """
 
@@ -12,6 +15,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from millrace_django.conformance.contention import (
+    FULL_CONTENTION,
+    SINGLE_WRITER_CONTENTION,
+    Contention,
+)
 from millrace_django.conformance.harness import StorageHarness, StoreUnderTest
 
 if TYPE_CHECKING:
@@ -35,6 +43,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "FULL_CONTENTION",
+    "SINGLE_WRITER_CONTENTION",
+    "Contention",
     "JobStorageFacts",
     "MonitoringFacts",
     "StorageHarness",

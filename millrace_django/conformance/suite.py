@@ -1,8 +1,11 @@
 """The base every fact group derives from: the fixtures a provider's binding fills in.
 
-Bind a provider by subclassing the suites and overriding the ``harness`` fixture::
+Bind a provider by subclassing the suites and overriding the ``harness`` fixture (and
+``contention``, for a store that runs one writer at a time)::
 
     class TestMyJobs(JobStorageFacts):
+        contention = SINGLE_WRITER_CONTENTION
+
         @pytest.fixture
         def harness(self) -> StorageHarness:
             return MyHarness()
@@ -16,6 +19,7 @@ from typing import ClassVar
 import pytest
 
 from millrace_django.clock import FakeClock
+from millrace_django.conformance.contention import FULL_CONTENTION, Contention
 from millrace_django.conformance.harness import StorageHarness, StoreUnderTest
 
 
@@ -23,6 +27,9 @@ class FactGroup:
     """A group of facts under one heading of the facts page."""
 
     heading: ClassVar[str] = ""
+    contention: Contention = FULL_CONTENTION
+    """How hard its race facts race; a binding scales it to its store (an instance may
+    too, to run one fact at another contention)."""
 
     @pytest.fixture
     def harness(self) -> StorageHarness:

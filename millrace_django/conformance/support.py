@@ -33,8 +33,6 @@ from millrace_django.ids import new_id
 
 LEASE = timedelta(minutes=5)
 DUMMY = Invocation(target="conformance.dummy:run", args=[1, "two"], kwargs={"three": [3]})
-RACERS = 8
-ROUNDS = 10
 
 T = TypeVar("T")
 

@@ -13,8 +13,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     create_instance,
     job_in_state,
     make_bookmark,
@@ -180,9 +178,10 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Concurrent updates have exactly one winner."""
-        for _ in range(ROUNDS):
+        racers = self.contention.racers
+        for _ in range(self.contention.rounds):
             stored = create_instance(store, clock)
-            writes = [with_fields(stored, data={"writer": n}) for n in range(RACERS)]
+            writes = [with_fields(stored, data={"writer": n}) for n in range(racers)]
             results = race(store, [partial(_try_update, store, write, 1) for write in writes])
             assert results.count(True) == 1, f"winners: {results}"
             winner = writes[results.index(True)]
@@ -205,13 +204,14 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Consume is at most once under contention."""
+        racers = self.contention.racers
         instance = create_instance(store, clock)
-        for round_number in range(ROUNDS):
+        for round_number in range(self.contention.rounds):
             correlation = f"order-{round_number}"
             bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
             store.workflows.add_bookmark(bookmark)
             consumer = partial(_consume, store, "approved", correlation)
-            results = race(store, [consumer] * RACERS)
+            results = race(store, [consumer] * racers)
             assert [r for r in results if r is not None] == [bookmark]
             assert _consume(store, "approved", correlation) is None
 
@@ -310,14 +310,15 @@ class WorkflowStorageFacts(FactGroup):
     ) -> None:
         """Racers consuming overlapping batches of signals take every bookmark exactly
         once between them."""
+        racers = self.contention.racers
         instance = create_instance(store, clock)
-        for round_number in range(ROUNDS):
+        for round_number in range(self.contention.rounds):
             keys = [("approved", f"r{round_number}-{n}") for n in range(4)]
             for name, correlation in keys:
                 store.workflows.add_bookmark(
                     make_bookmark(clock, instance.id, signal_name=name, correlation_id=correlation)
                 )
-            batches = [keys[n % 4 :] + keys[: n % 4] for n in range(RACERS)]
+            batches = [keys[n % 4 :] + keys[: n % 4] for n in range(racers)]
             results = race(
                 store, [partial(store.workflows.consume_bookmarks, batch) for batch in batches]
             )
@@ -458,14 +459,15 @@ class WorkflowStorageFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Concurrent consumers with enqueue callbacks store exactly one resume job."""
+        racers = self.contention.racers
         instance = create_instance(store, clock)
-        for round_number in range(ROUNDS):
+        for round_number in range(self.contention.rounds):
             correlation = f"order-{round_number}"
             bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
             store.workflows.add_bookmark(bookmark)
             jobs = [
                 make_job(clock, workflow_instance_id=instance.id, activity_node_id="resume")
-                for _ in range(RACERS)
+                for _ in range(racers)
             ]
             consumers = [
                 partial(_consume, store, "approved", correlation, _resume_with([job]))
@@ -553,25 +555,26 @@ class WorkflowStorageFacts(FactGroup):
     ) -> None:
         """A bookmark raced by id and by signal is consumed exactly once (a timeout racing
         its signal)."""
+        racers = self.contention.racers
         instance = create_instance(store, clock)
-        for round_number in range(ROUNDS):
+        for round_number in range(self.contention.rounds):
             correlation = f"race-{round_number}"
             bookmark = make_bookmark(clock, instance.id, correlation_id=correlation)
             store.workflows.add_bookmark(bookmark)
-            jobs = [make_job(clock) for _ in range(RACERS)]
-            racers: list[Callable[[], BookmarkRecord | None]] = []
+            jobs = [make_job(clock) for _ in range(racers)]
+            actions: list[Callable[[], BookmarkRecord | None]] = []
             for n, job in enumerate(jobs):
                 if n % 2:
-                    racers.append(
+                    actions.append(
                         partial(
                             store.workflows.consume_bookmark_by_id, bookmark.id, _resume_with([job])
                         )
                     )
                 else:
-                    racers.append(
+                    actions.append(
                         partial(_consume, store, "approved", correlation, _resume_with([job]))
                     )
-            results = race(store, racers)
+            results = race(store, actions)
             assert [r for r in results if r is not None] == [bookmark]
             stored = [job.id for job in jobs if store.jobs.get_job(job.id) is not None]
             assert len(stored) == 1
@@ -673,7 +676,7 @@ class WorkflowStorageFacts(FactGroup):
     ) -> None:
         """A cancel racing a checkpoint leaves no job of the instance pending: the
         checkpoint either conflicts, or commits first and its new jobs are cancelled."""
-        for _ in range(ROUNDS):
+        for _ in range(self.contention.rounds):
             instance = create_instance(store, clock)
             step = job_in_state(
                 store,

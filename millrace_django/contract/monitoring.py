@@ -17,8 +17,10 @@ from millrace_django.contract.records import (
     JSON,
     Invocation,
     JobLogLine,
+    JobRecord,
     OverlapPolicy,
     RetrySpec,
+    WorkflowInstanceRecord,
 )
 from millrace_django.contract.states import InstanceState, JobState
 
@@ -179,6 +181,31 @@ class JobSummary:
     workflow_definition_id: str | None
     """The definition of the job's workflow instance (``None`` once the instance is gone)."""
 
+    @classmethod
+    def of(
+        cls, job: JobRecord, *, last_attempt_recorded: bool, workflow_definition_id: str | None
+    ) -> JobSummary:
+        """``job`` as a list row, with what the job alone does not say: whether its
+        history holds its latest attempt, and its workflow instance's definition."""
+        return cls(
+            id=job.id,
+            queue=job.queue,
+            state=job.state,
+            target=job.invocation.target,
+            priority=job.priority,
+            created_at=job.created_at,
+            due_at=job.due_at,
+            finished_at=job.finished_at,
+            attempt=job.attempt,
+            failures=job.failures,
+            tenant_id=job.tenant_id,
+            worker_id=job.worker_id,
+            last_attempt_recorded=last_attempt_recorded,
+            workflow_instance_id=job.workflow_instance_id,
+            activity_node_id=job.activity_node_id,
+            workflow_definition_id=workflow_definition_id,
+        )
+
     @property
     def interruptions(self) -> int:
         """Attempts that ended without an outcome: a lost lease, a crash, a release.
@@ -267,6 +294,8 @@ class RecurringSummary:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InstanceSummary:
+    """A list row: an instance without its data and cursor (left to the detail read)."""
+
     id: UUID
     definition_id: str
     definition_version: int
@@ -275,6 +304,20 @@ class InstanceSummary:
     created_at: datetime
     updated_at: datetime
     revision: int
+
+    @classmethod
+    def of(cls, instance: WorkflowInstanceRecord) -> InstanceSummary:
+        """``instance`` as a list row."""
+        return cls(
+            id=instance.id,
+            definition_id=instance.definition_id,
+            definition_version=instance.definition_version,
+            state=instance.state,
+            tenant_id=instance.tenant_id,
+            created_at=instance.created_at,
+            updated_at=instance.updated_at,
+            revision=instance.revision,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

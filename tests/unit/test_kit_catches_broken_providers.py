@@ -1,7 +1,9 @@
 """The kit has teeth: deliberately broken providers fail the facts that guard them.
 
 Each broken provider is the in-memory provider with one guarantee taken away. The same
-fact passes against the intact provider, so the failure is the breakage, not the fact.
+fact passes against the intact provider, so the failure is the breakage, not the fact;
+and it fails at every contention the kit offers, so a binding that scales its races down
+keeps the teeth.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from uuid import UUID
 import pytest
 
 from millrace_django.clock import Clock, FakeClock, SystemClock
+from millrace_django.conformance.contention import (
+    FULL_CONTENTION,
+    SINGLE_WRITER_CONTENTION,
+    Contention,
+)
 from millrace_django.conformance.jobs.claims import ClaimFacts
 from millrace_django.conformance.jobs.expiry import ExpiryFacts
 from millrace_django.conformance.jobs.fence import FenceFacts
 from millrace_django.conformance.jobs.giving_back import GivingBackFacts
 from millrace_django.conformance.jobs.idempotency import IdempotencyFacts
 from millrace_django.conformance.jobs.overlap import OverlapFacts
+from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.workflows import WorkflowStorageFacts
 from millrace_django.contract import (
     BookmarkRecord,
@@ -170,72 +178,98 @@ class WallClock(MemoryStorage):
 Fact = Callable[[MemoryStoreUnderTest, FakeClock], None]
 Provider = Callable[[Clock], MemoryStorage]
 
-CASES: list[tuple[str, Provider, Fact]] = [
-    (
-        "a claim that is not exclusive",
-        ReadThenWriteClaim,
-        ClaimFacts().test_claim_is_exclusive_under_contention,
-    ),
-    (
-        "an apply without the fence (wrong worker)",
-        UnfencedApply,
-        FenceFacts().test_apply_with_wrong_worker_is_rejected_without_changes,
-    ),
-    (
-        "an apply without the fence (zombie worker)",
-        UnfencedApply,
-        FenceFacts().test_apply_zombie_versus_new_owner_exactly_one_wins,
-    ),
-    (
-        "a give-back without the fence",
-        UnfencedApply,
-        GivingBackFacts().test_giving_back_is_fenced_like_any_transition,
-    ),
-    (
-        "a give-back charged like a release (attempt kept)",
-        ChargedGiveBack,
-        GivingBackFacts().test_giving_back_enqueues_the_job_again_and_the_next_claim_reuses_its_attempt,
-    ),
-    (
-        "a give-back charged like a release (history written)",
-        ChargedGiveBack,
-        GivingBackFacts().test_a_given_back_attempt_leaves_no_history_and_its_number_records_its_own_end,
-    ),
-    (
-        "an idempotency check that reads then writes",
-        ReadThenWriteKeys,
-        IdempotencyFacts().test_concurrent_same_key_enqueues_yield_exactly_one_job,
-    ),
-    (
-        "a bookmark consumed by read then delete",
-        ReadThenDeleteBookmark,
-        WorkflowStorageFacts().test_consume_is_at_most_once_under_contention,
-    ),
-    (
-        "a claim blind to deadlines",
-        DeadlineBlindClaim,
-        ExpiryFacts().test_a_claim_never_starts_an_enqueued_job_at_or_after_its_deadline,
-    ),
-    (
-        "a fire blind to the overlap policy",
-        PolicyBlindFire,
-        OverlapFacts().test_skip_drops_the_occurrence_while_the_previous_job_is_active_and_records_it,
-    ),
-    (
-        "a due read that returns held definitions",
-        HeldInTheDueRead,
-        OverlapFacts().test_queue_holds_the_occurrence_until_the_previous_job_ends,
-    ),
-    (
-        "a provider that reads the wall clock",
-        WallClock,
-        ClaimFacts().test_claim_sets_processing_worker_lease_and_increments_attempt,
-    ),
-    (
-        "a provider that reads the wall clock (lease expiry)",
-        WallClock,
-        ClaimFacts().test_expired_lease_is_reclaimable_and_increments_attempt,
-    ),
+CONTENTIONS = {"full": FULL_CONTENTION, "single writer": SINGLE_WRITER_CONTENTION}
+"""Every contention the kit offers: its race facts keep their teeth at each."""
+
+
+def _at[G: FactGroup](group: type[G], contention: Contention) -> G:
+    facts = group()
+    facts.contention = contention
+    return facts
+
+
+def _cases(contention: Contention) -> list[tuple[str, Provider, Fact]]:
+    claims = _at(ClaimFacts, contention)
+    fence = _at(FenceFacts, contention)
+    giving_back = _at(GivingBackFacts, contention)
+    overlap = _at(OverlapFacts, contention)
+    return [
+        (
+            "a claim that is not exclusive",
+            ReadThenWriteClaim,
+            claims.test_claim_is_exclusive_under_contention,
+        ),
+        (
+            "an apply without the fence (wrong worker)",
+            UnfencedApply,
+            fence.test_apply_with_wrong_worker_is_rejected_without_changes,
+        ),
+        (
+            "an apply without the fence (zombie worker)",
+            UnfencedApply,
+            fence.test_apply_zombie_versus_new_owner_exactly_one_wins,
+        ),
+        (
+            "a give-back without the fence",
+            UnfencedApply,
+            giving_back.test_giving_back_is_fenced_like_any_transition,
+        ),
+        (
+            "a give-back charged like a release (attempt kept)",
+            ChargedGiveBack,
+            giving_back.test_giving_back_enqueues_the_job_again_and_the_next_claim_reuses_its_attempt,
+        ),
+        (
+            "a give-back charged like a release (history written)",
+            ChargedGiveBack,
+            giving_back.test_a_given_back_attempt_leaves_no_history_and_its_number_records_its_own_end,
+        ),
+        (
+            "an idempotency check that reads then writes",
+            ReadThenWriteKeys,
+            _at(
+                IdempotencyFacts, contention
+            ).test_concurrent_same_key_enqueues_yield_exactly_one_job,
+        ),
+        (
+            "a bookmark consumed by read then delete",
+            ReadThenDeleteBookmark,
+            _at(WorkflowStorageFacts, contention).test_consume_is_at_most_once_under_contention,
+        ),
+        (
+            "a claim blind to deadlines",
+            DeadlineBlindClaim,
+            _at(
+                ExpiryFacts, contention
+            ).test_a_claim_never_starts_an_enqueued_job_at_or_after_its_deadline,
+        ),
+        (
+            "a fire blind to the overlap policy",
+            PolicyBlindFire,
+            overlap.test_skip_drops_the_occurrence_while_the_previous_job_is_active_and_records_it,
+        ),
+        (
+            "a due read that returns held definitions",
+            HeldInTheDueRead,
+            overlap.test_queue_holds_the_occurrence_until_the_previous_job_ends,
+        ),
+        (
+            "a provider that reads the wall clock",
+            WallClock,
+            claims.test_claim_sets_processing_worker_lease_and_increments_attempt,
+        ),
+        (
+            "a provider that reads the wall clock (lease expiry)",
+            WallClock,
+            claims.test_expired_lease_is_reclaimable_and_increments_attempt,
+        ),
+    ]
+
+
+CASES = [
+    pytest.param(breakage, provider, fact, id=f"{breakage}, {level} contention")
+    for level, contention in CONTENTIONS.items()
+    for breakage, provider, fact in _cases(contention)
 ]
 
 
@@ -244,13 +278,13 @@ def _run(provider: Provider, fact: Fact) -> None:
     fact(MemoryStoreUnderTest(provider(clock)), clock)
 
 
-@pytest.mark.parametrize(("breakage", "provider", "fact"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("breakage", "provider", "fact"), CASES)
 def test_the_kit_fails_a_provider_with(breakage: str, provider: Provider, fact: Fact) -> None:
     with pytest.raises(AssertionError):
         _run(provider, fact)
 
 
-@pytest.mark.parametrize(("breakage", "provider", "fact"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("breakage", "provider", "fact"), CASES)
 def test_the_same_fact_passes_the_intact_provider(
     breakage: str, provider: Provider, fact: Fact
 ) -> None:

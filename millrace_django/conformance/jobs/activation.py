@@ -11,7 +11,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
     claim_one,
     enqueue,
     fail,
@@ -80,13 +79,14 @@ class ActivationFacts(FactGroup):
     def test_concurrent_activation_activates_each_job_exactly_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """8 activators racing over 50 due jobs report 50 activations in total, none twice."""
+        """Activators racing over 50 due jobs report 50 activations in total, none twice."""
+        racers = self.contention.racers
         due = clock.now() + timedelta(minutes=1)
         records = [make_job(clock, state=JobState.SCHEDULED, due_at=due) for _ in range(DUE_JOBS)]
         ids = store.jobs.enqueue(records)
         clock.set(due)
 
-        per_racer = race(store, [partial(_activate_until_empty, store, due)] * RACERS)
+        per_racer = race(store, [partial(_activate_until_empty, store, due)] * racers)
 
         assert sum(sum(counts) for counts in per_racer) == DUE_JOBS
         assert store.jobs.activate_due(clock.now(), DUE_JOBS) == 0

@@ -16,8 +16,6 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
-    RACERS,
-    ROUNDS,
     claim,
     claim_one,
     die,
@@ -348,14 +346,15 @@ class ApplyManyFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Zombie and owner batches racing over reclaimed jobs: one owner win per job."""
-        for round_number in range(ROUNDS):
+        racers = self.contention.racers
+        for round_number in range(self.contention.rounds):
             queue = f"round-{round_number}"
             store.jobs.enqueue([make_job(clock, queue=queue) for _ in range(RACING_JOBS)])
             zombie_jobs = _claim_all(store, "zombie", RACING_JOBS, queue)
             clock.advance(LEASE)
             owner_jobs = _claim_all(store, "owner", RACING_JOBS, queue)
             batches: list[list[JobTransition]] = []
-            for racer in range(RACERS):
+            for racer in range(racers):
                 jobs = owner_jobs if racer % 2 == 0 else zombie_jobs
                 batch = [succeed(job, clock, result={"racer": racer}) for job in jobs]
                 batches.append(batch if racer % 4 < 2 else batch[::-1])

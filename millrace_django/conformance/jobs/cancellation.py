@@ -15,8 +15,6 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
-    RACERS,
-    ROUNDS,
     assert_key_free,
     claim,
     claim_one,
@@ -148,14 +146,15 @@ class CancellationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Cancels racing the worker's succeeded apply never revert or replace its outcome."""
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             job_id = enqueue(store, clock)
             claimed = claim_one(store, "w1")
             assert claimed.id == job_id
             actions: list[Callable[[], bool]] = [
-                partial(store.jobs.try_cancel, job_id) for _ in range(RACERS - 1)
+                partial(store.jobs.try_cancel, job_id) for _ in range(racers - 1)
             ]
-            position = round_no % RACERS  # every start position, as racers start staggered
+            position = round_no % racers  # every start position, as racers start staggered
             actions.insert(position, partial(store.jobs.apply, succeed(claimed, clock)))
 
             results = race(store, actions)
@@ -174,7 +173,8 @@ class CancellationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """A cancel racing activation and claims of a due retry either wins or flags the owner."""
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             job_id = enqueue(store, clock)
             first = claim_one(store, "w1")
             assert first.id == job_id
@@ -186,9 +186,9 @@ class CancellationFacts(FactGroup):
                 return claim(store, worker)
 
             actions: list[Callable[[], list[JobRecord] | bool]] = [
-                partial(activate_and_claim, f"w{n}") for n in range(2, RACERS + 1)
+                partial(activate_and_claim, f"w{n}") for n in range(2, racers + 1)
             ]
-            position = round_no % RACERS  # every start position, as racers start staggered
+            position = round_no % racers  # every start position, as racers start staggered
             actions.insert(position, partial(store.jobs.try_cancel, job_id))
 
             results = race(store, actions)

@@ -13,8 +13,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     claim,
     claim_new,
     create_instance,
@@ -279,10 +277,11 @@ class CheckpointFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Racing branches checkpointing one revision: one applies, the rest conflict intact."""
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             instance = _start_instance(store, clock)
             queue = f"branches-{round_no}"
-            for branch in range(RACERS):
+            for branch in range(racers):
                 enqueue(
                     store,
                     clock,
@@ -290,8 +289,8 @@ class CheckpointFacts(FactGroup):
                     workflow_instance_id=instance.id,
                     activity_node_id=f"branch-{branch}",
                 )
-            jobs = claim(store, "w1", queues=[queue], max_count=RACERS)
-            assert len(jobs) == RACERS
+            jobs = claim(store, "w1", queues=[queue], max_count=racers)
+            assert len(jobs) == racers
             checkpoints = [
                 _checkpoint(instance, clock, expected=1, data={"winner": str(job.id)})
                 for job in jobs
@@ -304,7 +303,7 @@ class CheckpointFacts(FactGroup):
             outcomes = race(store, [partial(_apply_outcome, store, t) for t in transitions])
 
             assert outcomes.count("applied") == 1, outcomes
-            assert outcomes.count("conflict") == RACERS - 1, outcomes
+            assert outcomes.count("conflict") == racers - 1, outcomes
             winner = jobs[outcomes.index("applied")]
             stored = stored_instance(store, instance.id)
             assert stored.revision == 2

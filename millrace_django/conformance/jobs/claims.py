@@ -12,7 +12,6 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
-    RACERS,
     claim,
     claim_one,
     enqueue,
@@ -44,9 +43,10 @@ class ClaimFacts(FactGroup):
     def test_claim_is_exclusive_under_contention(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Racing claimers never share a job: 100 jobs, 8 racers, exactly 100 distinct claims."""
+        """Racing claimers never share a job: 100 jobs, exactly 100 distinct claims."""
+        racers = self.contention.racers
         ids = store.jobs.enqueue([make_job(clock) for _ in range(CONTENDED_JOBS)])
-        workers = [f"w{n}" for n in range(RACERS)]
+        workers = [f"w{n}" for n in range(racers)]
         per_worker = race(store, [partial(_claim_until_empty, store, w) for w in workers])
 
         claimed = [job.id for taken in per_worker for job in taken]

@@ -14,8 +14,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     assert_key_free,
     claim,
     claim_new,
@@ -224,7 +222,8 @@ class ContinuationFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock, outcome: ParentOutcome
     ) -> None:
         """Children inserted while the parent finishes all end enqueued (success) or cancelled."""
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             parent = claim_new(store, clock, "parents")
             queue = f"children-{outcome}-{round_no}"
             batches = [
@@ -232,7 +231,7 @@ class ContinuationFacts(FactGroup):
                     make_job(clock, queue=queue, state=JobState.AWAITING, parent_id=parent.id)
                     for _ in range(CHILDREN_PER_INSERTER)
                 ]
-                for _ in range(RACERS)
+                for _ in range(racers)
             ]
             finish = (
                 succeed(parent, clock, activate_continuations=True)
@@ -247,7 +246,7 @@ class ContinuationFacts(FactGroup):
 
             actions: list[Callable[[], bool]] = [partial(insert, b) for b in batches]
             # Rotate the finisher through every start position: racers do not start together.
-            actions.insert(round_no % (RACERS + 1), partial(store.jobs.apply, finish))
+            actions.insert(round_no % (racers + 1), partial(store.jobs.apply, finish))
             results = race(store, actions)
 
             assert all(results), results
@@ -257,6 +256,6 @@ class ContinuationFacts(FactGroup):
                         _assert_enqueued(store, child.id)
                     else:
                         _assert_cancelled(store, child.id, clock)
-            claimed = claim(store, "w2", queues=[queue], max_count=RACERS * CHILDREN_PER_INSERTER)
-            expected = RACERS * CHILDREN_PER_INSERTER if outcome == "succeeds" else 0
+            claimed = claim(store, "w2", queues=[queue], max_count=racers * CHILDREN_PER_INSERTER)
+            expected = racers * CHILDREN_PER_INSERTER if outcome == "succeeds" else 0
             assert len(claimed) == expected

@@ -14,8 +14,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     claim,
     claim_one,
     enqueue,
@@ -155,7 +153,7 @@ class DuplicatePolicyFacts(FactGroup):
         """A replace racing the holder's claim comes first or raises: never after the claim.
 
         Coming first, the claim runs the new call."""
-        for round_no in range(ROUNDS):
+        for round_no in range(self.contention.rounds):
             queue, key = f"claimed-{round_no}", f"claimed-{round_no}"
             holder = enqueue(store, clock, queue=queue, idempotency_key=key, invocation=_call(0))
             offer = make_job(
@@ -193,11 +191,12 @@ class DuplicatePolicyFacts(FactGroup):
         self._race(store, clock, REPLACE)
 
     def _race(self, store: StoreUnderTest, clock: FakeClock, policy: DuplicatePolicy) -> None:
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             key = f"race-{policy}-{round_no}"
             offers = [
                 make_job(clock, idempotency_key=key, invocation=_call(n), on_duplicate=policy)
-                for n in range(RACERS)
+                for n in range(racers)
             ]
             actions: list[Callable[[], UUID | IdempotencyKeyHeld]] = [
                 partial(_offer_or_error, store, offer) for offer in offers
@@ -211,7 +210,7 @@ class DuplicatePolicyFacts(FactGroup):
             ids = {a.holder_id if isinstance(a, IdempotencyKeyHeld) else a for a in answers}
             assert ids == {holder.id}, answers
             errors = sum(isinstance(a, IdempotencyKeyHeld) for a in answers)
-            assert errors == (RACERS - 1 if policy is REJECT else 0), answers
+            assert errors == (racers - 1 if policy is REJECT else 0), answers
             kept = stored_job(store, holder.id)
             assert kept.state is JobState.ENQUEUED
-            assert list(kept.invocation.args) in [[n] for n in range(RACERS)]
+            assert list(kept.invocation.args) in [[n] for n in range(racers)]

@@ -11,7 +11,6 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
-    RACERS,
     assert_key_free,
     claim,
     claim_one,
@@ -177,12 +176,13 @@ class ExpiryFacts(FactGroup):
     def test_racing_sweeps_end_each_expired_job_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """8 schedulers sweeping at once end every expired job, each exactly once."""
+        """Schedulers sweeping at once end every expired job, each exactly once."""
+        racers = self.contention.racers
         deadline = clock.now() + timedelta(minutes=1)
-        ids = [enqueue(store, clock, expires_at=deadline) for _ in range(3 * RACERS)]
+        ids = [enqueue(store, clock, expires_at=deadline) for _ in range(3 * racers)]
         clock.set(deadline)
 
-        ended = race(store, [partial(store.jobs.expire_due, clock.now(), 5)] * RACERS)
+        ended = race(store, [partial(store.jobs.expire_due, clock.now(), 5)] * racers)
         ended.append(store.jobs.expire_due(clock.now(), 100))
 
         assert sum(ended) == len(ids)

@@ -12,8 +12,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     claim_one,
     enqueue,
     fail,
@@ -99,9 +97,10 @@ class IdempotencyFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Racers enqueuing one key all get the same id, and only that job is stored."""
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             key = f"race-{round_no}"
-            offers = [make_job(clock, idempotency_key=key) for _ in range(RACERS)]
+            offers = [make_job(clock, idempotency_key=key) for _ in range(racers)]
             actions: list[Callable[[], list[UUID]]] = [
                 partial(store.jobs.enqueue, [offer]) for offer in offers
             ]
@@ -159,22 +158,23 @@ class IdempotencyFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Enqueues racing the holder's release return its id or one new holder's, never more."""
-        for round_no in range(ROUNDS):
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
             key = f"release-{round_no}"
             holder = enqueue(store, clock, idempotency_key=key)
             claimed = claim_one(store, "w1")
             assert claimed.id == holder
             offers = [
-                make_job(clock, queue="contenders", idempotency_key=key) for _ in range(RACERS - 1)
+                make_job(clock, queue="contenders", idempotency_key=key) for _ in range(racers - 1)
             ]
             actions: list[Callable[[], object]] = [
                 partial(store.jobs.enqueue, [offer]) for offer in offers
             ]
-            actions.insert(round_no % RACERS, partial(store.jobs.apply, succeed(claimed, clock)))
+            actions.insert(round_no % racers, partial(store.jobs.apply, succeed(claimed, clock)))
 
             results = race(store, actions)
 
-            applied = results.pop(round_no % RACERS)
+            applied = results.pop(round_no % racers)
             assert applied is True
             effective = [result[0] for result in results if isinstance(result, list)]
             assert len(effective) == len(offers)

@@ -16,7 +16,6 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
-    RACERS,
     claim,
     die,
     enqueue,
@@ -111,14 +110,15 @@ class LimitFacts(FactGroup):
     def test_racing_claimers_never_start_more_than_the_concurrency_limit(
         self, store: StoreUnderTest, clock: FakeClock, limit: int
     ) -> None:
-        """8 racers never hold more jobs of a scope than its limit of 1, 2 or 5.
+        """Racers never hold more jobs of a scope than its limit of 1, 2 or 5.
 
         They race for 20 jobs at once (at most the limit start, a lone claimer then fills
         it exactly), then drain the rest, never holding more than the limit together."""
+        racers = self.contention.racers
         ids = store.jobs.enqueue(
             [make_job(clock, limits=_limited(limit)) for _ in range(HELD_BACK)]
         )
-        first = race(store, [partial(claim, store, f"w{n}", max_count=3) for n in range(RACERS)])
+        first = race(store, [partial(claim, store, f"w{n}", max_count=3) for n in range(racers)])
         started = [job for taken in first for job in taken]
         assert 1 <= len(started) <= limit, f"{len(started)} started under a limit of {limit}"
         started += claim(store, "lone", max_count=HELD_BACK)
@@ -128,7 +128,7 @@ class LimitFacts(FactGroup):
             assert store.jobs.apply(succeed(job, clock))
 
         peak = _Peak()
-        drained = race(store, [partial(_drain, store, clock, f"w{n}", peak) for n in range(RACERS)])
+        drained = race(store, [partial(_drain, store, clock, f"w{n}", peak) for n in range(racers)])
         assert sum(drained) == HELD_BACK - limit
         assert peak.highest <= limit, f"{peak.highest} ran at once under a limit of {limit}"
 
@@ -137,11 +137,12 @@ class LimitFacts(FactGroup):
     ) -> None:
         """No one-second window holds more than 50 starts under a rate of 50/s.
 
-        8 racers claim every 0.1 s for 3 s of the clock; the rate is used, too (at least
+        The racers claim every 0.1 s for 3 s of the clock; the rate is used, too (at least
         50 starts a second)."""
+        racers = self.contention.racers
         store.jobs.enqueue([make_job(clock, limits=_limited(rate=RATE)) for _ in range(400)])
         starts: list[datetime] = []
-        workers = [f"w{n}" for n in range(RACERS)]
+        workers = [f"w{n}" for n in range(racers)]
         for _ in range(RATE_STEPS):
             per_worker = race(store, [partial(claim, store, w, max_count=7) for w in workers])
             starts += [_started(job) for taken in per_worker for job in taken]
@@ -246,10 +247,11 @@ class LimitFacts(FactGroup):
     def test_forgetting_scopes_while_claimers_race_never_exceeds_a_limit(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """Scopes forgotten again and again while 6 racers drain never let a limit slip.
+        """Scopes forgotten again and again while racers drain never let a limit slip.
 
-        Two more racers forget every scope (a concurrency limit keeps nothing to lose)
+        Two of the racers forget every scope (a concurrency limit keeps nothing to lose)
         while the others drain 20 jobs under a limit of 1: never two at once."""
+        racers = self.contention.racers
         store.jobs.enqueue([make_job(clock, limits=_limited(1)) for _ in range(HELD_BACK)])
         peak = _Peak()
         later = clock.now() + MAX_RATE_PERIOD
@@ -258,11 +260,11 @@ class LimitFacts(FactGroup):
             return sum(store.jobs.forget_idle_limits(later, 10) for _ in range(100))
 
         drainers: list[Callable[[], int]] = [
-            partial(_drain, store, clock, f"w{n}", peak) for n in range(RACERS - 2)
+            partial(_drain, store, clock, f"w{n}", peak) for n in range(racers - 2)
         ]
         done = race(store, [*drainers, forget, forget])
 
-        assert sum(done[: RACERS - 2]) == HELD_BACK
+        assert sum(done[: racers - 2]) == HELD_BACK
         assert peak.highest == 1
 
     def test_a_job_starts_only_within_every_limit_it_carries(

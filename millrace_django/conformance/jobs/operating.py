@@ -12,8 +12,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     assert_same_invocation,
     claim,
     claim_one,
@@ -79,16 +77,17 @@ class RunNowFacts(FactGroup):
     def test_run_now_racing_itself_and_activation_enqueues_a_scheduled_job_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """7 run-now calls racing the due activation of one scheduled job: exactly one of
+        """Run-now calls racing the due activation of one scheduled job: exactly one of
         them moves it, and it is claimed once."""
-        for round_number in range(ROUNDS):
+        racers = self.contention.racers
+        for round_number in range(self.contention.rounds):
             queue = f"delayed-{round_number}"
             due = clock.now() + timedelta(minutes=1)
             job_id = enqueue(store, clock, queue=queue, state=JobState.SCHEDULED, due_at=due)
             actions: list[Callable[[], object]] = [
-                partial(store.jobs.try_run_now, job_id) for _ in range(RACERS - 1)
+                partial(store.jobs.try_run_now, job_id) for _ in range(racers - 1)
             ]
-            actions.insert(round_number % RACERS, partial(store.jobs.activate_due, due, 10))
+            actions.insert(round_number % racers, partial(store.jobs.activate_due, due, 10))
 
             outcomes = race(store, actions)
 
@@ -131,15 +130,16 @@ class DisabledRecurringFacts(FactGroup):
     def test_disable_racing_fires_lets_at_most_the_fires_before_it_through(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A disable racing 7 schedulers firing the same occurrence: at most one fires (one
+        """A disable racing schedulers firing the same occurrence: at most one fires (one
         job), and once disabled no fire of it ever goes through."""
-        for round_number in range(ROUNDS):
+        racers = self.contention.racers
+        for round_number in range(self.contention.rounds):
             definition = define_recurring(store, clock, f"race-{round_number}")
             fires: list[Callable[[], object]] = [
-                partial(_fire, store, clock, definition) for _ in range(RACERS - 1)
+                partial(_fire, store, clock, definition) for _ in range(racers - 1)
             ]
             fires.insert(
-                round_number % RACERS, partial(store.jobs.disable_recurring, definition.id)
+                round_number % racers, partial(store.jobs.disable_recurring, definition.id)
             )
 
             outcomes = race(store, fires)
@@ -288,16 +288,17 @@ class RecurringEditFacts(FactGroup):
     def test_an_edit_racing_fires_never_rewinds_or_loses_the_fire(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """An arguments edit racing 7 fires of one occurrence: one fire wins, its next fire
+        """An arguments edit racing fires of one occurrence: one fire wins, its next fire
         time stands, and the edit's arguments are stored."""
+        racers = self.contention.racers
         invocation = Invocation(target="conformance.raced:run", kwargs={"n": 1})
-        for round_number in range(ROUNDS):
+        for round_number in range(self.contention.rounds):
             definition = define_recurring(store, clock, f"edit-race-{round_number}")
             actions: list[Callable[[], object]] = [
-                partial(_fire, store, clock, definition) for _ in range(RACERS - 1)
+                partial(_fire, store, clock, definition) for _ in range(racers - 1)
             ]
             edit = partial(_edit, store, definition, invocation=invocation)
-            actions.insert(round_number % RACERS, edit)
+            actions.insert(round_number % racers, edit)
 
             outcomes = race(store, actions)
 

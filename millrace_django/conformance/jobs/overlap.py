@@ -11,8 +11,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     claim_one,
     define_recurring,
     make_job,
@@ -162,15 +160,16 @@ class OverlapFacts(FactGroup):
     def test_racing_fires_of_one_occurrence_fire_skip_or_hold_it_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """8 schedulers firing the same occurrence: with the previous job ended, exactly
+        """Schedulers firing the same occurrence: with the previous job ended, exactly
         one fires; with it active, ``skip`` skips it exactly once and ``queue`` holds it,
         and no racer inserts a job (never two runs at once)."""
+        racers = self.contention.racers
         cases = [(OverlapPolicy.SKIP, FireOutcome.SKIPPED), (OverlapPolicy.QUEUE, FireOutcome.HELD)]
         for overlap, while_active in cases:
             definition = _fired_once(store, clock, overlap)
-            for round_number in range(ROUNDS):
+            for round_number in range(self.contention.rounds):
                 stored = stored_recurring(store, definition.id)
-                jobs, fires = _racing_fires(store, clock, stored, RACERS)
+                jobs, fires = _racing_fires(store, clock, stored, racers)
                 active = round_number % 2 == 0
                 if not active:
                     previous = _previous(store, stored)
@@ -181,13 +180,13 @@ class OverlapFacts(FactGroup):
 
                 inserted = [job for job in jobs if store.jobs.get_job(job.id) is not None]
                 if active:
-                    expected = {while_active: 1 if overlap is OverlapPolicy.SKIP else RACERS}
+                    expected = {while_active: 1 if overlap is OverlapPolicy.SKIP else racers}
                     assert inserted == []
                 else:
                     expected = {FireOutcome.FIRED: 1}
                     assert len(inserted) == 1
                     assert stored_recurring(store, definition.id).fired_job_id == inserted[0].id
-                expected.setdefault(FireOutcome.LOST, RACERS - sum(expected.values()))
+                expected.setdefault(FireOutcome.LOST, racers - sum(expected.values()))
                 counted = {outcome: outcomes.count(outcome) for outcome in set(outcomes)}
                 assert counted == {k: v for k, v in expected.items() if v}, (overlap, counted)
                 if active and overlap is OverlapPolicy.QUEUE:
@@ -198,17 +197,18 @@ class OverlapFacts(FactGroup):
     def test_a_fire_racing_the_end_of_the_previous_job_never_runs_two_at_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """7 fires of a ``skip`` occurrence racing the cancel of the previous job: at most
+        """Fires of a ``skip`` occurrence racing the cancel of the previous job: at most
         one fire wins, the others are lost or skipped, and at most one fired job of the
         definition is active afterwards."""
+        racers = self.contention.racers
         definition = _fired_once(store, clock, OverlapPolicy.SKIP)
-        for _ in range(ROUNDS):
+        for _ in range(self.contention.rounds):
             stored = stored_recurring(store, definition.id)
             previous = stored.fired_job_id
             assert previous is not None
-            jobs, fires = _racing_fires(store, clock, stored, RACERS - 1)
+            jobs, fires = _racing_fires(store, clock, stored, racers - 1)
             actions: list[Callable[[], object]] = list(fires)
-            actions.insert(RACERS // 2, partial(store.jobs.try_cancel, previous))
+            actions.insert(racers // 2, partial(store.jobs.try_cancel, previous))
 
             outcomes = race(store, actions)
 

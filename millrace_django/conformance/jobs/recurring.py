@@ -12,8 +12,6 @@ from millrace_django.clock import FakeClock
 from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
-    RACERS,
-    ROUNDS,
     assert_same_invocation,
     define_recurring,
     make_job,
@@ -207,12 +205,13 @@ class RecurringFacts(FactGroup):
     def test_try_fire_cas_has_exactly_one_winner_and_one_enqueued_job(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """8 racers firing one occurrence: one wins, advances the definition, inserts one job."""
+        """Racers firing one occurrence: one wins, advances the definition, inserts one job."""
+        racers = self.contention.racers
         definition = define_recurring(store, clock)
         expected = definition.next_fire_time
-        for _ in range(ROUNDS):
+        for _ in range(self.contention.rounds):
             following = expected + timedelta(days=1)
-            jobs = [_fired_job(clock, definition.id) for _ in range(RACERS)]
+            jobs = [_fired_job(clock, definition.id) for _ in range(racers)]
             fires: list[Callable[[], FireOutcome]] = [
                 partial(store.jobs.try_fire_recurring, definition.id, expected, following, job)
                 for job in jobs
@@ -220,7 +219,7 @@ class RecurringFacts(FactGroup):
             won = [outcome is FireOutcome.FIRED for outcome in race(store, fires)]
 
             assert won.count(True) == 1, f"{won.count(True)} racers fired one occurrence"
-            assert won.count(False) == RACERS - 1
+            assert won.count(False) == racers - 1
             stored = stored_recurring(store, definition.id)
             assert stored.next_fire_time == following
             assert stored.last_fire_time == expected
@@ -305,20 +304,21 @@ class RecurringFacts(FactGroup):
     def test_same_cron_upsert_racing_fire_never_rewinds_next_fire_time(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """A same-cron upsert racing 7 fires never rewinds or loses the fire: one fire wins."""
-        for round_number in range(ROUNDS):
+        """A same-cron upsert racing fires never rewinds or loses the fire: one fire wins."""
+        racers = self.contention.racers
+        for round_number in range(self.contention.rounds):
             definition = define_recurring(store, clock, f"race-{round_number}")
             expected = definition.next_fire_time
             following = expected + timedelta(days=1)
             clock.advance(timedelta(minutes=1))
             update = _changed(definition, clock)
-            jobs = [_fired_job(clock, definition.id) for _ in range(RACERS - 1)]
+            jobs = [_fired_job(clock, definition.id) for _ in range(racers - 1)]
             actions: list[Callable[[], object]] = [
                 partial(store.jobs.try_fire_recurring, definition.id, expected, following, job)
                 for job in jobs
             ]
             # The upsert's position rotates, so it sometimes starts before every fire.
-            upsert_at = round_number % RACERS
+            upsert_at = round_number % racers
             actions.insert(upsert_at, partial(store.jobs.upsert_recurring, update))
 
             outcomes = race(store, actions)

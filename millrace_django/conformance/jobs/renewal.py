@@ -12,8 +12,6 @@ from millrace_django.conformance.harness import StoreUnderTest
 from millrace_django.conformance.suite import FactGroup
 from millrace_django.conformance.support import (
     LEASE,
-    RACERS,
-    ROUNDS,
     as_json,
     assert_same_invocation,
     claim,
@@ -116,13 +114,14 @@ class RenewalFacts(FactGroup):
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
         """Renewal racing reclaim of an expired lease: renewal wins alone, or one claim does."""
-        for round_number in range(ROUNDS):
+        racers = self.contention.racers
+        for round_number in range(self.contention.rounds):
             job_id = enqueue(store, clock)
             claim_one(store, "w1")
             clock.advance(LEASE + timedelta(seconds=1))
             # Roles alternate, and which role leads flips every round: where threads do not
             # start together, either side still gets to read first.
-            roles = [(position + round_number) % 2 == 0 for position in range(RACERS)]
+            roles = [(position + round_number) % 2 == 0 for position in range(racers)]
             actions: list[Callable[[], object]] = [
                 partial(store.jobs.renew_leases, "w1", [job_id], LEASE)
                 if renews

@@ -45,19 +45,6 @@ def _move(
     return replace(moved, revision=2)
 
 
-def _summary(instance: WorkflowInstanceRecord) -> InstanceSummary:
-    return InstanceSummary(
-        id=instance.id,
-        definition_id=instance.definition_id,
-        definition_version=instance.definition_version,
-        state=instance.state,
-        tenant_id=instance.tenant_id,
-        created_at=instance.created_at,
-        updated_at=instance.updated_at,
-        revision=instance.revision,
-    )
-
-
 class InstanceQueryFacts(FactGroup):
     heading = "Workflow instance queries"
 
@@ -71,14 +58,16 @@ class InstanceQueryFacts(FactGroup):
         ]
         orders = [replace(i, revision=1) for i in started if i.definition_id == "order"][::-1]
         first = _query(store, definition_id="order", limit=2)
-        assert list(first.items) == [_summary(i) for i in orders[:2]]
+        assert list(first.items) == [InstanceSummary.of(i) for i in orders[:2]]
         assert first.next_cursor is not None
         second = _query(store, definition_id="order", limit=2, cursor=first.next_cursor)
-        assert list(second.items) == [_summary(orders[2])]
+        assert list(second.items) == [InstanceSummary.of(orders[2])]
         assert second.next_cursor is None
         assert ids_of(_query(store)) == [i.id for i in started[::-1]]
         moved = _move(store, clock, orders[0], data={"step": 1})
-        assert list(_query(store, definition_id="order", limit=1).items) == [_summary(moved)]
+        assert list(_query(store, definition_id="order", limit=1).items) == [
+            InstanceSummary.of(moved)
+        ]
         range_page = _query(
             store, created_after=started[1].created_at, created_before=started[3].created_at
         )

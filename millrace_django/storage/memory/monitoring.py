@@ -83,36 +83,10 @@ def summarize_job(job: JobRecord, tables: Tables) -> JobSummary:
     """``job`` as a list row (read under the store's lock: its history and instance too)."""
     flow = job.workflow_instance_id
     instance = tables.instances.get(flow) if flow is not None else None
-    return JobSummary(
-        id=job.id,
-        queue=job.queue,
-        state=job.state,
-        target=job.invocation.target,
-        priority=job.priority,
-        created_at=job.created_at,
-        due_at=job.due_at,
-        finished_at=job.finished_at,
-        attempt=job.attempt,
-        failures=job.failures,
-        tenant_id=job.tenant_id,
-        worker_id=job.worker_id,
+    return JobSummary.of(
+        job,
         last_attempt_recorded=job.attempt in tables.attempts.get(job.id, {}),
-        workflow_instance_id=job.workflow_instance_id,
-        activity_node_id=job.activity_node_id,
         workflow_definition_id=instance.definition_id if instance is not None else None,
-    )
-
-
-def summarize_instance(instance: WorkflowInstanceRecord) -> InstanceSummary:
-    return InstanceSummary(
-        id=instance.id,
-        definition_id=instance.definition_id,
-        definition_version=instance.definition_version,
-        state=instance.state,
-        tenant_id=instance.tenant_id,
-        created_at=instance.created_at,
-        updated_at=instance.updated_at,
-        revision=instance.revision,
     )
 
 
@@ -222,7 +196,7 @@ class MemoryMonitoring:
                 and _in_created_range(i.created_at, query.created_after, query.created_before)
             ]
         return _newest_first_page(
-            rows, _instance_key, query.cursor, query.limit, summarize_instance
+            rows, _instance_key, query.cursor, query.limit, InstanceSummary.of
         )
 
     def get_job_details(self, job_id: UUID) -> JobDetails | None:
