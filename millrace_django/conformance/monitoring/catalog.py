@@ -192,16 +192,21 @@ class TagCatalogFacts(FactGroup):
     def test_racing_enqueues_of_a_new_tag_store_every_job_and_the_tag_once(
         self, store: StoreUnderTest, clock: FakeClock
     ) -> None:
-        """8 enqueues racing to be the first with a tag on a function all succeed."""
-        jobs = [
-            make_job(clock, invocation=Invocation(target=ALPHA), tags=("new",)) for _ in range(8)
-        ]
+        """Racers enqueueing the first jobs of a function with a new tag all succeed, and
+        the tag's catalog then holds the function once, with all their jobs."""
+        racers = self.contention.racers
+        for round_no in range(self.contention.rounds):
+            tag = f"new-{round_no}"
+            jobs = [
+                make_job(clock, invocation=Invocation(target=ALPHA), tags=(tag,))
+                for _ in range(racers)
+            ]
 
-        stored = race(store, [partial(store.jobs.enqueue, [job]) for job in jobs])
+            stored = race(store, [partial(store.jobs.enqueue, [job]) for job in jobs])
 
-        assert sorted(stored) == sorted([job.id] for job in jobs)
-        (entry,) = store.monitoring.get_catalog(TenantFilter.any(), tag="new")
-        assert (entry.total, entry.tags) == (8, ("new",))
+            assert sorted(stored) == sorted([job.id] for job in jobs)
+            (entry,) = store.monitoring.get_catalog(TenantFilter.any(), tag=tag)
+            assert entry.target == ALPHA and tag in entry.tags
 
     def test_a_tags_total_sums_its_functions_figures(
         self, store: StoreUnderTest, clock: FakeClock
