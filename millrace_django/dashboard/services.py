@@ -26,6 +26,7 @@ from millrace_django.contract import (
 from millrace_django.engine.client import JobClient
 from millrace_django.engine.workflow import Position, WorkflowClient, WorkflowInstance, find
 from millrace_django.engine.workflow.graph import read_path
+from millrace_django.engine.workflow.instance_cursor import cursor_of
 from millrace_django.errors import MillraceError
 
 
@@ -181,13 +182,14 @@ class InstanceView:
     waits: list[dict[str, Any]]
 
 
-def _signal_of(graph: dict[str, JSON] | None, data: JSON, wait: dict[str, Any]) -> dict[str, str]:
-    """The signal name a wait expects and, when its correlation is a key path into the
-    data, the correlation id (to prefill the signals form)."""
+def _signal_of(graph: dict[str, JSON] | None, data: JSON, waiting_at: str) -> dict[str, str]:
+    """The signal name the wait at the node ``waiting_at`` expects and, when its
+    correlation is a key path into the data, the correlation id (to prefill the signals
+    form)."""
     nodes = graph.get("nodes") if graph is not None else None
     found: dict[str, str] = {}
     for node in nodes if isinstance(nodes, list) else []:
-        if not isinstance(node, dict) or node.get("id") != wait.get("node"):
+        if not isinstance(node, dict) or node.get("id") != waiting_at:
             continue
         if isinstance(node.get("signal"), str):
             found["signal"] = str(node["signal"])
@@ -208,7 +210,7 @@ def instance_view(instance_id: UUID) -> InstanceView | None:
     view = client.get(instance_id)
     if record is None or view is None:
         return None
-    cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
+    cursor = cursor_of(record)
     position: Position | None
     try:
         position = client.position(instance_id)
@@ -216,25 +218,22 @@ def instance_view(instance_id: UUID) -> InstanceView | None:
         position = None
     graph: dict[str, JSON] | None = None
     problem: str | None = None
-    module = cursor.get("module")
     try:
         definition = find(
             record.definition_id,
             record.definition_version,
-            module if isinstance(module, str) else None,
+            cursor.module if cursor is not None else None,
         )
         graph = definition.export_graph()
     except (LookupError, MillraceError, ImportError) as error:
         problem = f"The definition is not loaded in this process: {error}"
     pending = [
-        (UUID(job_id), str(entry.get("kind", "")), str(entry.get("node", "")))
-        for job_id, entry in sorted(cursor.get("jobs", {}).items())
-        if isinstance(entry, dict)
+        (UUID(job_id), entry.kind.value, entry.node)
+        for job_id, entry in sorted(cursor.jobs.items() if cursor is not None else ())
     ]
     waits = [
-        {"bookmark": bookmark_id, **entry, **_signal_of(graph, record.data, entry)}
-        for bookmark_id, entry in sorted(cursor.get("waits", {}).items())
-        if isinstance(entry, dict)
+        {"bookmark": bookmark_id, **wait.to_json(), **_signal_of(graph, record.data, wait.node)}
+        for bookmark_id, wait in sorted(cursor.waits.items() if cursor is not None else ())
     ]
     return InstanceView(
         record=record,

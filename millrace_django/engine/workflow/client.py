@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast, overload
+from typing import Any, overload
 from uuid import UUID
 
 from millrace_django.clock import Clock
@@ -37,15 +37,8 @@ from millrace_django.engine.workflow.documents import (
     to_document,
 )
 from millrace_django.engine.workflow.graph import Kind
-from millrace_django.engine.workflow.plan import (
-    COMPENSATE,
-    DELAY,
-    STEP,
-    TIMEOUT,
-    Plan,
-    initial_cursor,
-    instance_job,
-)
+from millrace_django.engine.workflow.instance_cursor import Cursor, JobKind, cursor_of
+from millrace_django.engine.workflow.plan import Plan, instance_job
 from millrace_django.engine.workflow.signals import Signal, deliver
 from millrace_django.engine.workflow.spec import Recovery, Step
 from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
@@ -173,7 +166,7 @@ class WorkflowClient:
         queue = definition.queue or self.config.default_queue
         queues = self._check_queues(definition, queue)
         now = self.clock.now()
-        instance = WorkflowInstanceRecord(
+        instance = WorkflowInstanceRecord(  # its cursor is the plan's to write
             id=instance_id if instance_id is not None else new_id(self.clock),
             definition_id=definition.id,
             definition_version=definition.version,
@@ -181,20 +174,15 @@ class WorkflowClient:
             data=document,
             created_at=now,
             updated_at=now,
-            cursor=cast(
-                JSON,
-                initial_cursor(
-                    module=definition.module,
-                    queue=queue,
-                    retry=definition.retry or self.config.default_retry,
-                    limits={
-                        q: limit for q, limit in self.config.queue_limits.items() if q in queues
-                    },
-                ),
-            ),
             tenant_id=current_tenant(),
         )
-        plan = Plan(definition, instance, document, self.clock)
+        cursor = Cursor(
+            module=definition.module,
+            queue=queue,
+            retry=definition.retry or self.config.default_retry,
+            limits={q: (limit,) for q, limit in self.config.queue_limits.items() if q in queues},
+        )
+        plan = Plan(definition, instance, cursor, document, self.clock)
         plan.start()
         return NewInstance(
             instance=plan.finish(),
@@ -243,12 +231,12 @@ class WorkflowClient:
         instance = self.storage.get_instance(instance_id)
         if instance is None or instance.state is not InstanceState.SUSPENDED:
             return False
-        stuck = _stuck_of(instance)
+        cursor = cursor_of(instance)
+        stuck = _stuck_of(cursor)
         if job_id is not None:
             stuck = tuple(s for s in stuck if s.job_id == job_id)
-        if not stuck:
+        if cursor is None or not stuck:
             return False
-        cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
         job = instance_job(
             instance,
             cursor,
@@ -314,31 +302,28 @@ class WorkflowClient:
         record = self.storage.get_instance(instance_id)
         if record is None:
             raise LookupError(f"no workflow instance {instance_id}")
-        cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
-        if record.state in TERMINAL_INSTANCE_STATES:
-            cursor = {**cursor, "jobs": {}, "waits": {}, "stuck": {}}
+        cursor = cursor_of(record)
+        if cursor is None:
+            return Position(state=record.state)
+        live = record.state not in TERMINAL_INSTANCE_STATES
         running: list[str] = []
         waiting: list[str] = []
         compensating: list[str] = []
-        for entry in cursor.get("jobs", {}).values():
-            kind, node = entry["kind"], entry["node"]
-            if kind == STEP:
-                running.append(node)
-            elif kind == COMPENSATE:
-                compensating.append(node)
-            elif kind == DELAY:
-                waiting.append(node)
-            elif kind != TIMEOUT:
-                running.append(node)
-        waiting += [wait["node"] for wait in cursor.get("waits", {}).values()]
-        failed = [stuck["node"] for stuck in cursor.get("stuck", {}).values()]
-        error = cursor.get("error")
-        ended_by = error.get("node") if isinstance(error, dict) else None
+        for entry in cursor.jobs.values() if live else ():
+            if entry.kind is JobKind.STEP:
+                running.append(entry.node)
+            elif entry.kind is JobKind.COMPENSATE:
+                compensating.append(entry.node)
+            elif entry.kind is JobKind.DELAY:
+                waiting.append(entry.node)
+        waiting += [wait.node for wait in cursor.waits.values()] if live else []
+        failed = [stuck.node for stuck in cursor.stuck.values()] if live else []
+        ended_by = cursor.error.node if cursor.error is not None else None
         if ended_by is not None and record.state in _ENDED_BY_A_FAILURE:
-            failed.append(str(ended_by))
+            failed.append(ended_by)
         return Position(
             state=record.state,
-            done=tuple(cursor.get("done", ())),
+            done=cursor.done,
             running=_unique(running),
             waiting=_unique(waiting),
             compensating=_unique(compensating),
@@ -372,18 +357,19 @@ def _with_args(job: JobRecord, args: tuple[JSON, ...]) -> JobRecord:
     return replace(job, invocation=replace(job.invocation, args=args))
 
 
-def _stuck_of(record: WorkflowInstanceRecord) -> tuple[Stuck, ...]:
-    cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
-    stuck = cursor.get("stuck", {})
+def _stuck_of(cursor: Cursor | None) -> tuple[Stuck, ...]:
+    """The failures awaiting an operator, oldest first."""
+    if cursor is None:
+        return ()
     return tuple(
-        Stuck(job_id=UUID(job_id), kind=s["kind"], node=s["node"], error=s.get("error"))
-        for job_id, s in sorted(stuck.items(), key=lambda item: item[1].get("at", ""))
+        Stuck(job_id=UUID(job_id), kind=s.kind.value, node=s.node, error=s.error)
+        for job_id, s in sorted(cursor.stuck.items(), key=lambda item: item[1].at)
     )
 
 
 def _view(record: WorkflowInstanceRecord) -> WorkflowInstance:
-    cursor: dict[str, Any] = record.cursor if isinstance(record.cursor, dict) else {}
-    error = cursor.get("error")
+    cursor = cursor_of(record)
+    error = cursor.error if cursor is not None else None
     return WorkflowInstance(
         id=record.id,
         definition_id=record.definition_id,
@@ -394,9 +380,9 @@ def _view(record: WorkflowInstanceRecord) -> WorkflowInstance:
         updated_at=record.updated_at,
         revision=record.revision,
         tenant_id=record.tenant_id,
-        error=error.get("error") if isinstance(error, dict) else None,
-        failed_node=error.get("node") if isinstance(error, dict) else None,
-        stuck=_stuck_of(record),
+        error=error.error if error is not None else None,
+        failed_node=error.node if error is not None else None,
+        stuck=_stuck_of(cursor),
     )
 
 

@@ -38,13 +38,22 @@ from millrace_django.engine.workflow.activity import ActivityContext, call_activ
 from millrace_django.engine.workflow.definition import Workflow, find
 from millrace_django.engine.workflow.documents import check_document
 from millrace_django.engine.workflow.errors import UnknownWorkflow
+from millrace_django.engine.workflow.instance_cursor import (
+    Cursor,
+    JobKind,
+    LastError,
+    Wait,
+    cursor_of,
+)
 from millrace_django.engine.workflow.merge import merge
-from millrace_django.engine.workflow.plan import COMPENSATE, STEP, TIMEOUT, Plan, instance_job
+from millrace_django.engine.workflow.plan import Plan, instance_job
 from millrace_django.engine.workflow.spec import ForEach, Recovery, Step
 from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
 from millrace_django.observability.telemetry import carry_trace
 
 type Operation = Callable[[Plan], bool]
+type Live = tuple[WorkflowInstanceRecord, Cursor]
+"""An instance still running, with its cursor as read."""
 
 
 @job
@@ -52,24 +61,25 @@ def run_node(instance_id: str, node: str, context: JobContext) -> None:
     """Run the position this job holds: an activity, a compensation, a timer or a
     signal's timeout."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id, context)
-    if instance is None:
+    live = _live_instance(storage, instance_id, context)
+    if live is None:
         return
-    cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
-    entry = cursor["jobs"].get(str(context.job_id))
+    instance, cursor = live
+    entry = cursor.jobs.get(str(context.job_id))
     if entry is None:
         return
-    workflow = _definition(instance)
-    if entry["kind"] == TIMEOUT:
-        _fire_timeout(storage, clock, UUID(entry["bookmark"]))
+    workflow = _definition(instance, cursor)
+    if entry.kind is JobKind.TIMEOUT:
+        assert entry.bookmark is not None
+        _fire_timeout(storage, clock, UUID(entry.bookmark))
         return
     before = instance.data  # read only: the merge copies what it keeps
     after = before
-    if entry["kind"] in (STEP, COMPENSATE):
-        graph_node = workflow.graph.node(entry["node"])
+    if entry.kind is JobKind.STEP or entry.kind is JobKind.COMPENSATE:
+        graph_node = workflow.graph.node(entry.node)
         spec = graph_node.spec
         assert isinstance(spec, Step)
-        compensating = entry["kind"] == COMPENSATE
+        compensating = entry.kind is JobKind.COMPENSATE
         activity = spec.compensate if compensating else spec.activity
         after = copy.deepcopy(instance.data)
         if not isinstance(after, dict):
@@ -80,7 +90,7 @@ def run_node(instance_id: str, node: str, context: JobContext) -> None:
             node_id=graph_node.id,
             definition_id=instance.definition_id,
             version=instance.definition_version,
-            loop_index=entry["loop"],
+            loop_index=entry.loop,
             compensating=compensating,
             job=context,
             items=_items_of(workflow, graph_node.frame),
@@ -90,9 +100,7 @@ def run_node(instance_id: str, node: str, context: JobContext) -> None:
             activity_context.data, f"{'compensation' if compensating else 'step'} {node!r}"
         )
     job_id = context.job_id
-    _settle(
-        context, storage, clock, workflow, instance, before, after, lambda p: p.complete(job_id)
-    )
+    _settle(context, storage, clock, workflow, live, before, after, lambda p: p.complete(job_id))
 
 
 @job
@@ -102,16 +110,17 @@ def resume(
     """Carry a consumed bookmark into the instance: bind the payload and go on (or take
     the timeout path)."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id, context)
-    if instance is None:
+    live = _live_instance(storage, instance_id, context)
+    if live is None:
         return
+    instance, cursor = live
     data = instance.data  # read only: the merge copies what it keeps
     _settle(
         context,
         storage,
         clock,
-        _definition(instance),
-        instance,
+        _definition(instance, cursor),
+        live,
         data,
         data,
         lambda p: p.resume(bookmark_id, payload, timed_out),
@@ -123,15 +132,16 @@ def handle_failure(instance_id: str, job_id: str, context: JobContext) -> None:
     """A workflow job died: apply its step's failure policy (unwind the saga, suspend,
     or fail the instance)."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id, context)
-    if instance is None:
+    live = _live_instance(storage, instance_id, context)
+    if live is None:
         return
+    instance, cursor = live
     dead = storage.get_job(UUID(job_id))
     error = dead.last_error if dead is not None else None
     try:
-        workflow = _definition(instance)
+        workflow = _definition(instance, cursor)
     except UnknownWorkflow as missing:
-        _fail_undefined(context, instance, f"{missing}\n\nThe job that died:\n{error}")
+        _fail_undefined(context, instance, cursor, f"{missing}\n\nThe job that died:\n{error}")
         return
     operation: Operation
     if dead is not None and dead.invocation.target == targets.RESUME:
@@ -140,24 +150,25 @@ def handle_failure(instance_id: str, job_id: str, context: JobContext) -> None:
     else:
         operation = lambda p: p.fail(job_id, error)  # noqa: E731
     data = instance.data  # read only: the merge copies what it keeps
-    _settle(context, storage, clock, workflow, instance, data, data, operation)
+    _settle(context, storage, clock, workflow, live, data, data, operation)
 
 
 @job
 def recover(instance_id: str, action: str, stuck_job: str, context: JobContext) -> None:
     """An operator's recovery of a suspended instance (retry, skip or abandon)."""
     storage, clock = _environment(context)
-    instance = _live_instance(storage, instance_id, context)
-    if instance is None:
+    live = _live_instance(storage, instance_id, context)
+    if live is None:
         return
     choice = Recovery(action)
+    instance, cursor = live
     data = instance.data  # read only: the merge copies what it keeps
     _settle(
         context,
         storage,
         clock,
-        _definition(instance),
-        instance,
+        _definition(instance, cursor),
+        live,
         data,
         data,
         lambda p: p.recover(choice, stuck_job),
@@ -172,20 +183,21 @@ def _settle(
     storage: WorkflowStore,
     clock: Clock,
     workflow: Workflow,
-    first: WorkflowInstanceRecord,
+    first: Live,
     before: JSON,
     after: JSON,
     operation: Operation,
 ) -> None:
     """Plan ``operation`` on ``first`` and hand the result to the worker; a re-plan on
     the stored instance is attached for when another checkpoint wins the race."""
-    instance_id = first.id
+    instance_id = first[0].id
 
-    def plan(instance: WorkflowInstanceRecord | None) -> SideEffects:
-        if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
+    def plan(live: Live | None) -> SideEffects:
+        if live is None:
             return SideEffects()
+        instance, cursor = live
         data = merge(before, after, instance.data)
-        planned = Plan(workflow, instance, data if isinstance(data, dict) else {}, clock)
+        planned = Plan(workflow, instance, cursor, data if isinstance(data, dict) else {}, clock)
         if not operation(planned):
             return SideEffects()
         record = planned.finish()
@@ -193,21 +205,24 @@ def _settle(
             enqueue=tuple(planned.jobs),
             checkpoint=WorkflowCheckpoint(instance=record, expected_revision=instance.revision),
             bookmarks=tuple(planned.bookmarks),
-            remerge=lambda: plan(storage.get_instance(instance_id)),
-            replan=plan,
+            remerge=lambda: plan(with_cursor(storage.get_instance(instance_id))),
+            replan=lambda instance: plan(with_cursor(instance)),
         )
 
     context.ride_on_success(plan(first))
 
 
-def _fail_undefined(context: JobContext, instance: WorkflowInstanceRecord, error: str) -> None:
+def _fail_undefined(
+    context: JobContext, instance: WorkflowInstanceRecord, cursor: Cursor, error: str
+) -> None:
     """Without its definition nothing can be routed: the instance fails, saying why."""
-    cursor: dict[str, Any] = copy.deepcopy(instance.cursor)  # type: ignore[arg-type]
-    cursor.update(jobs={}, waits={}, frames={}, stuck={}, error={"node": None, "error": error})
+    failed = replace(
+        cursor, jobs={}, waits={}, frames={}, stuck={}, error=LastError(node=None, error=error)
+    )
     record = replace(
         instance,
         state=InstanceState.FAILED,
-        cursor=cursor,
+        cursor=failed.to_json(),
         updated_at=context.clock.now(),
     )
     checkpoint = WorkflowCheckpoint(instance=record, expected_revision=instance.revision)
@@ -233,27 +248,21 @@ def resume_jobs(
 ) -> list[JobRecord]:
     """The job resuming the wait ``bookmark`` (its id is the bookmark's), or nothing if
     the instance no longer waits there. Called inside the consuming atom."""
-    instance = storage.get_instance(bookmark.instance_id)
-    wait = waiting_at(instance, bookmark)
-    if instance is None or wait is None:
+    live = with_cursor(storage.get_instance(bookmark.instance_id))
+    wait = waiting_at(live, bookmark)
+    if live is None or wait is None:
         return []
-    return [resume_job(instance, wait, bookmark, payload, timed_out=timed_out, now=clock.now())]
+    return [resume_job(live, wait, bookmark, payload, timed_out=timed_out, now=clock.now())]
 
 
-def waiting_at(
-    instance: WorkflowInstanceRecord | None, bookmark: BookmarkRecord
-) -> dict[str, Any] | None:
-    """The wait of ``instance`` that ``bookmark`` stands for, if it still waits there."""
-    if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
-        return None
-    waits = instance.cursor.get("waits") if isinstance(instance.cursor, dict) else None
-    wait = waits.get(str(bookmark.id)) if isinstance(waits, dict) else None
-    return wait if isinstance(wait, dict) else None
+def waiting_at(live: Live | None, bookmark: BookmarkRecord) -> Wait | None:
+    """The wait of the instance that ``bookmark`` stands for, if it still waits there."""
+    return live[1].waits.get(str(bookmark.id)) if live is not None else None
 
 
 def resume_job(
-    instance: WorkflowInstanceRecord,
-    wait: dict[str, Any],
+    live: Live,
+    wait: Wait,
     bookmark: BookmarkRecord,
     payload: JSON,
     *,
@@ -261,14 +270,14 @@ def resume_job(
     now: datetime,
 ) -> JobRecord:
     """The job carrying ``payload`` (or the timeout) into the wait ``bookmark``."""
-    cursor: dict[str, Any] = instance.cursor  # type: ignore[assignment]
+    instance, cursor = live
     return instance_job(
         instance,
         cursor,
         bookmark.id,
         targets.RESUME,
         (str(instance.id), str(bookmark.id), payload, timed_out),
-        node=wait["node"],
+        node=wait.node,
         now=now,
     )
 
@@ -278,28 +287,25 @@ def _environment(context: JobContext) -> tuple[WorkflowStore, Clock]:
     return workflow_store(storage), context.clock
 
 
-def _live_instance(
-    storage: WorkflowStore, instance_id: str, context: JobContext
-) -> WorkflowInstanceRecord | None:
+def _live_instance(storage: WorkflowStore, instance_id: str, context: JobContext) -> Live | None:
     """The instance as the worker read it with the claim, else as stored now."""
     instance = context.instance
     if instance is None or str(instance.id) != instance_id:
         instance = storage.get_instance(UUID(instance_id))
+    return with_cursor(instance)
+
+
+def with_cursor(instance: WorkflowInstanceRecord | None) -> Live | None:
+    """``instance`` with its cursor, read once, while it is not finished (an instance
+    without a cursor has nothing to route)."""
     if instance is None or instance.state in TERMINAL_INSTANCE_STATES:
         return None
-    if not isinstance(instance.cursor, dict):
-        return None
-    return instance
+    cursor = cursor_of(instance)
+    return (instance, cursor) if cursor is not None else None
 
 
-def _definition(instance: WorkflowInstanceRecord) -> Workflow:
-    cursor = instance.cursor if isinstance(instance.cursor, dict) else {}
-    module = cursor.get("module")
-    return find(
-        instance.definition_id,
-        instance.definition_version,
-        module if isinstance(module, str) else None,
-    )
+def _definition(instance: WorkflowInstanceRecord, cursor: Cursor) -> Workflow:
+    return find(instance.definition_id, instance.definition_version, cursor.module)
 
 
 def _items_of(workflow: Workflow, frame: str | None) -> Any:

@@ -1,35 +1,19 @@
 """Routing: from one event on an instance to its next checkpoint, jobs and bookmarks.
 
-A :class:`Plan` works on a copy of an instance's cursor and data and records what the
-event leads to: the instance record to checkpoint (state, data, cursor), the jobs to
-insert and the bookmarks to add. It touches no storage; the dispatcher hands the result
-to the worker, which commits it with the job's own success (or, at start, with the new
-instance). Routing nodes (if, parallel, for-each, saga) are resolved here, in the same
-step, without spending a job. A plan is a pure function of (definition, instance,
-event), so a branch that lost the revision race simply plans again on the stored
-instance (:mod:`~millrace_django.engine.workflow.merge`).
-
-The cursor (JSON, on the instance) holds what no single job knows:
-
-- ``jobs``: every pending job of the instance by id (kind, node, scope, loop index); a
-  job that is not listed any more (its instance cancelled, failed or moved on) runs no
-  code at all;
-- ``waits``: signal waits by bookmark id (node, scope, loop index, timeout job);
-- ``frames``: open joins (parallel, for-each: branches still running) and sagas (their
-  undo stack), each pointing at its enclosing frame (``None``: the workflow itself);
-- ``stuck``: failures waiting for an operator, by the dead job's id;
-- ``done``: nodes finished at least once (the live view), ``error`` the last failure;
-- ``module``, ``queue`` and ``retry``: where the definition lives and the defaults of
-  the instance's jobs, fixed at start.
+A :class:`Plan` works on an instance's cursor (:mod:`.instance_cursor`) and a copy of
+its data and records what the event leads to: the instance record to checkpoint (state,
+data, cursor), the jobs to insert and the bookmarks to add. It touches no storage; the
+dispatcher hands the result to the worker, which commits it with the job's own success
+(or, at start, with the new instance). Routing nodes (if, parallel, for-each, saga) are
+resolved here, in the same step, without spending a job. A plan is a pure function of
+(definition, instance, event), so a branch that lost the revision race simply plans
+again on the stored instance (:mod:`~millrace_django.engine.workflow.merge`).
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, cast
 from uuid import UUID
 
 from millrace_django.clock import Clock
@@ -40,19 +24,28 @@ from millrace_django.contract import (
     Invocation,
     JobRecord,
     JobState,
-    Limit,
     RetryKind,
     RetrySpec,
     WorkflowInstanceRecord,
-    limits_json,
-    limits_of,
 )
-from millrace_django.engine.retry import retry_json, retry_of
 from millrace_django.engine.workflow import targets
 from millrace_django.engine.workflow.definition import Workflow
 from millrace_django.engine.workflow.documents import type_name
 from millrace_django.engine.workflow.errors import WorkflowStepError
 from millrace_django.engine.workflow.graph import GraphNode, Kind, evaluate, write_path
+from millrace_django.engine.workflow.instance_cursor import (
+    Cursor,
+    Frame,
+    JobKind,
+    JoinFrame,
+    LastError,
+    PendingJob,
+    SagaFrame,
+    SagaState,
+    StuckJob,
+    StuckKind,
+    Wait,
+)
 from millrace_django.engine.workflow.spec import (
     Delay,
     ForEach,
@@ -66,44 +59,6 @@ from millrace_django.engine.workflow.spec import (
 )
 from millrace_django.ids import new_id
 
-# Job kinds in the cursor.
-STEP = "step"
-COMPENSATE = "compensate"
-DELAY = "delay"
-TIMEOUT = "timeout"
-
-# Frame kinds and saga frame states.
-JOIN = "join"
-SAGA = "saga"
-OPEN = "open"
-COMPENSATING = "compensating"
-CLOSED = "closed"
-
-type Cursor = dict[str, Any]
-
-
-def initial_cursor(
-    *, module: str, queue: str, retry: RetrySpec, limits: Mapping[str, Limit] | None = None
-) -> Cursor:
-    """A new instance's cursor: where its jobs go (with the limits of those queues, as
-    they were when it started, as any job carries its queue's from its enqueue)."""
-    cursor: Cursor = {
-        "module": module,
-        "queue": queue,
-        "retry": retry_json(retry),
-        "seq": 0,
-        "frames": {},
-        "jobs": {},
-        "waits": {},
-        "stuck": {},
-        "done": [],
-        "error": None,
-    }
-    if limits:
-        cursor["limits"] = {q: limits_json([limit]) for q, limit in limits.items()}
-    return cursor
-
-
 _NO_RETRY = RetrySpec(kind=RetryKind.NONE, max_attempts=1)
 
 
@@ -114,15 +69,23 @@ class Plan:
         self,
         workflow: Workflow,
         instance: WorkflowInstanceRecord,
+        cursor: Cursor,
         data: dict[str, JSON],
         clock: Clock,
     ) -> None:
-        if not isinstance(instance.cursor, dict):
-            raise WorkflowStepError(f"workflow instance {instance.id} has no cursor")
         self.workflow = workflow
         self.graph = workflow.graph
         self.instance = instance
-        self.cursor: Cursor = copy.deepcopy(instance.cursor)
+        self.cursor = cursor
+        """The cursor as read; the event moves the working copies below (each a shallow
+        copy: the records in them are frozen, a change replaces one)."""
+        self.pending: dict[str, PendingJob] = dict(cursor.jobs)
+        self.waits: dict[str, Wait] = dict(cursor.waits)
+        self.frames: dict[str, Frame] = dict(cursor.frames)
+        self.stuck: dict[str, StuckJob] = dict(cursor.stuck)
+        self.done: list[str] = list(cursor.done)
+        self.error: LastError | None = cursor.error
+        self.seq = cursor.seq
         self.data = data
         self.clock = clock
         self.now: datetime = clock.now()
@@ -135,29 +98,41 @@ class Plan:
 
     def finish(self) -> WorkflowInstanceRecord:
         """The instance record to checkpoint (its revision is the storage's business)."""
-        cursor = self.cursor
         if self.ended and self.terminal is None:
             self.terminal = InstanceState.COMPLETED
         if self.terminal is not None:
             state = self.terminal
-            cursor.update(jobs={}, waits={}, frames={}, stuck={})
-        elif cursor["stuck"] or self._only_waiting():
+            self.pending, self.waits, self.frames, self.stuck = {}, {}, {}, {}
+        elif self.stuck or self._only_waiting():
             state = InstanceState.SUSPENDED
         else:
             state = InstanceState.RUNNING
+        read = self.cursor
+        cursor = Cursor(
+            module=read.module,
+            queue=read.queue,
+            retry=read.retry,
+            limits=read.limits,
+            seq=self.seq,
+            frames=self.frames,
+            jobs=self.pending,
+            waits=self.waits,
+            stuck=self.stuck,
+            done=tuple(self.done),
+            error=self.error,
+        )
         return replace(
             self.instance,
             state=state,
             data=self.data,
-            cursor=cast(JSON, cursor),
+            cursor=cursor.to_json(),
             updated_at=self.now,
         )
 
     def _only_waiting(self) -> bool:
         """Waits, and no job but their timeouts: nothing moves until a signal."""
-        cursor = self.cursor
-        return bool(cursor["waits"]) and all(
-            entry["kind"] == TIMEOUT for entry in cursor["jobs"].values()
+        return bool(self.waits) and all(
+            entry.kind is JobKind.TIMEOUT for entry in self.pending.values()
         )
 
     # -- events -----------------------------------------------------------------------
@@ -165,30 +140,30 @@ class Plan:
     def start(self) -> None:
         self.enter(self.graph.start, None, None)
 
-    def entry(self, job_id: UUID | str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = self.cursor["jobs"].get(str(job_id))
-        return found
-
     def complete(self, job_id: UUID | str) -> bool:
         """The pending job ``job_id`` succeeded (step, compensation or timer); ``False``
         if the instance no longer expects it (nothing to checkpoint)."""
-        entry = self.cursor["jobs"].pop(str(job_id), None)
+        entry = self.pending.pop(str(job_id), None)
         if entry is None:
             return False
-        kind, node = entry["kind"], self.graph.node(entry["node"])
-        scope, loop = entry["scope"], entry["loop"]
-        if kind == COMPENSATE:
-            frame = self.cursor["frames"].get(scope)
-            if frame is not None and frame["state"] == COMPENSATING:
+        kind, node = entry.kind, self.graph.node(entry.node)
+        scope, loop = entry.scope, entry.loop
+        if kind is JobKind.COMPENSATE:
+            if scope is not None and self._compensating(scope):
                 self._next_compensation(scope)
             return True
-        if kind == TIMEOUT:
+        if kind is JobKind.TIMEOUT:
             return True
         self._done(node.id)
-        if kind == STEP and isinstance(node.spec, Step) and node.spec.compensate is not None:
+        if (
+            kind is JobKind.STEP
+            and isinstance(node.spec, Step)
+            and node.spec.compensate is not None
+        ):
             saga = self._nearest_saga(scope, alive_only=True)
             if saga is not None:
-                self.cursor["frames"][saga]["completed"].append([node.id, loop])
+                frame = self._saga(saga)
+                self.frames[saga] = replace(frame, completed=(*frame.completed, (node.id, loop)))
         if self._live(scope):
             self.enter(node.next, scope, loop)
         return True
@@ -196,13 +171,13 @@ class Plan:
     def resume(self, bookmark_id: str, payload: JSON, timed_out: bool) -> bool:
         """A signal (or its timeout) for the wait ``bookmark_id``; ``False`` if that
         wait is gone."""
-        wait = self.cursor["waits"].pop(bookmark_id, None)
+        wait = self.waits.pop(bookmark_id, None)
         if wait is None:
             return False
-        if wait.get("timeout") is not None:
-            self.cursor["jobs"].pop(wait["timeout"], None)
-        node = self.graph.node(wait["node"])
-        scope, loop = wait["scope"], wait["loop"]
+        if wait.timeout is not None:
+            self.pending.pop(wait.timeout, None)
+        node = self.graph.node(wait.node)
+        scope, loop = wait.scope, wait.loop
         if not self._live(scope):
             return True
         self._done(node.id)
@@ -226,15 +201,15 @@ class Plan:
     def fail(self, job_id: UUID | str, error: str | None) -> bool:
         """The pending job ``job_id`` died (its retries spent)."""
         key = str(job_id)
-        entry = self.cursor["jobs"].pop(key, None)
+        entry = self.pending.pop(key, None)
         if entry is None:
             return False
-        kind, node = entry["kind"], self.graph.node(entry["node"])
-        scope, loop = entry["scope"], entry["loop"]
-        if kind == COMPENSATE:
-            self._stick(key, "compensation", node.id, scope, loop, error)
+        kind, node = entry.kind, self.graph.node(entry.node)
+        scope, loop = entry.scope, entry.loop
+        if kind is JobKind.COMPENSATE:
+            self._stick(key, StuckKind.COMPENSATION, node.id, scope, loop, error)
             return True
-        if kind != STEP:
+        if kind is not JobKind.STEP:
             self._fail_instance(node.id, error)
             return True
         if not self._live(scope):
@@ -243,10 +218,10 @@ class Plan:
         assert isinstance(spec, Step)
         policy = spec.on_failure or OnFailure.RETRY
         if policy is OnFailure.SUSPEND:
-            self._stick(key, "step", node.id, scope, loop, error)
+            self._stick(key, StuckKind.STEP, node.id, scope, loop, error)
             return True
         saga = self._nearest_saga(scope, alive_only=True)
-        self.cursor["error"] = {"node": node.id, "error": error}
+        self.error = LastError(node=node.id, error=error)
         if policy is OnFailure.TERMINATE or saga is None:
             self._fail_instance(node.id, error)
         else:
@@ -255,34 +230,32 @@ class Plan:
 
     def fail_resume(self, bookmark_id: str, error: str | None) -> bool:
         """The job resuming the wait ``bookmark_id`` died: the instance fails."""
-        wait = self.cursor["waits"].pop(bookmark_id, None)
+        wait = self.waits.pop(bookmark_id, None)
         if wait is None:
             return False
-        self._fail_instance(wait["node"], error)
+        self._fail_instance(wait.node, error)
         return True
 
     def recover(self, action: Recovery, stuck_job: str) -> bool:
         """An operator's answer to the failure left by ``stuck_job``."""
-        stuck = self.cursor["stuck"].pop(stuck_job, None)
+        stuck = self.stuck.pop(stuck_job, None)
         if stuck is None:
             return False
-        node_id, scope, loop = stuck["node"], stuck["scope"], stuck["loop"]
+        node_id, scope, loop = stuck.node, stuck.scope, stuck.loop
         node = self.graph.node(node_id)
         if action is Recovery.ABANDON:
-            self._fail_instance(node_id, stuck.get("error"))
-        elif stuck["kind"] == "step":
+            self._fail_instance(node_id, stuck.error)
+        elif stuck.kind is StuckKind.STEP:
             if action is Recovery.RETRY:
-                self._activity_job(STEP, node, scope, loop)
+                self._activity_job(JobKind.STEP, node, scope, loop)
             else:
                 self._done(node_id)
                 if self._live(scope):
                     self.enter(node.next, scope, loop)
         elif action is Recovery.RETRY:
-            self._activity_job(COMPENSATE, node, scope, loop)
-        else:
-            frame = self.cursor["frames"].get(scope)
-            if frame is not None and frame["state"] == COMPENSATING:
-                self._next_compensation(scope)
+            self._activity_job(JobKind.COMPENSATE, node, scope, loop)
+        elif scope is not None and self._compensating(scope):
+            self._next_compensation(scope)
         return True
 
     # -- routing ----------------------------------------------------------------------
@@ -295,7 +268,7 @@ class Plan:
         node = self.graph.node(node_id)
         spec = node.spec
         if node.kind is Kind.ACTIVITY:
-            self._activity_job(STEP, node, scope, loop)
+            self._activity_job(JobKind.STEP, node, scope, loop)
         elif isinstance(spec, If):
             self._done(node.id)
             taken = bool(evaluate(spec.condition, self.data))
@@ -318,12 +291,19 @@ class Plan:
             for index in range(len(items)):
                 self.enter(node.body, frame, index)
         elif isinstance(spec, Delay):
-            self._run_job(DELAY, node, scope, loop, due=self.now + spec.duration)
+            self._run_job(JobKind.DELAY, node, scope, loop, due=self.now + spec.duration)
         elif isinstance(spec, WaitForSignal):
             self._wait(node, spec, scope, loop)
         elif isinstance(spec, Saga):
-            frame = self._open_frame(
-                SAGA, node, scope, loop, completed=[], state=OPEN, nested=spec.nested
+            frame = self._frame_key(node)
+            self.frames[frame] = SagaFrame(
+                node=node.id,
+                parent=scope,
+                loop=loop,
+                seq=self.seq,
+                completed=(),
+                state=SagaState.OPEN,
+                nested=spec.nested,
             )
             self.enter(node.body, frame, loop)
 
@@ -331,22 +311,25 @@ class Plan:
         if scope is None:
             self.ended = True
             return
-        frames = self.cursor["frames"]
+        frames = self.frames
         frame = frames.get(scope)
-        if frame is None or frame.get("state", OPEN) != OPEN:
+        if frame is None:
             return
-        if frame["kind"] == JOIN:
-            frame["remaining"] -= 1
-            if frame["remaining"] > 0:
+        if isinstance(frame, JoinFrame):
+            if frame.remaining > 1:
+                frames[scope] = replace(frame, remaining=frame.remaining - 1)
                 return
         else:
-            outer = self._nearest_saga(frame["parent"], alive_only=True)
-            if outer is not None and frame["nested"] == Nested.UNWIND.value:
-                frames[outer]["completed"].extend(frame["completed"])
+            if frame.state is not SagaState.OPEN:
+                return
+            outer = self._nearest_saga(frame.parent, alive_only=True)
+            if outer is not None and frame.nested is Nested.UNWIND:
+                around = self._saga(outer)
+                frames[outer] = replace(around, completed=around.completed + frame.completed)
         del frames[scope]
-        node = self.graph.node(frame["node"])
+        node = self.graph.node(frame.node)
         self._done(node.id)
-        self.enter(node.next, frame["parent"], frame["loop"])
+        self.enter(node.next, frame.parent, frame.loop)
 
     def _wait(
         self, node: GraphNode, spec: WaitForSignal, scope: str | None, loop: int | None
@@ -371,144 +354,156 @@ class Plan:
         timeout_job = None
         if spec.timeout is not None:
             timeout_job = self._run_job(
-                TIMEOUT, node, scope, loop, due=self.now + spec.timeout, bookmark=str(bookmark.id)
+                JobKind.TIMEOUT,
+                node,
+                scope,
+                loop,
+                due=self.now + spec.timeout,
+                bookmark=str(bookmark.id),
             )
-        self.cursor["waits"][str(bookmark.id)] = {
-            "node": node.id,
-            "scope": scope,
-            "loop": loop,
-            "signal": spec.signal,
-            "correlation": correlation,
-            "timeout": str(timeout_job) if timeout_job is not None else None,
-        }
+        self.waits[str(bookmark.id)] = Wait(
+            node=node.id,
+            scope=scope,
+            loop=loop,
+            signal=spec.signal,
+            correlation=correlation,
+            timeout=str(timeout_job) if timeout_job is not None else None,
+        )
 
     # -- sagas ------------------------------------------------------------------------
 
     def _unwind(self, key: str) -> None:
         """Start compensating the saga frame ``key``: sagas still open inside it are
         closed and their undo stacks folded in (they are newer work)."""
-        frames = self.cursor["frames"]
-        frame = frames[key]
-        frame["state"] = COMPENSATING
+        frames = self.frames
+        completed = self._saga(key).completed
         inner = sorted(
             (
                 k
                 for k, f in frames.items()
-                if f["kind"] == SAGA and k != key and self._inside(k, key)
+                if isinstance(f, SagaFrame) and k != key and self._inside(k, key)
             ),
-            key=lambda k: frames[k]["seq"],
+            key=lambda k: frames[k].seq,
         )
         for inner_key in inner:
-            inner_frame = frames[inner_key]
-            if inner_frame["state"] != CLOSED:
-                frame["completed"].extend(inner_frame["completed"])
-                inner_frame["completed"] = []
-                inner_frame["state"] = CLOSED
+            inner_frame = self._saga(inner_key)
+            if inner_frame.state is not SagaState.CLOSED:
+                completed += inner_frame.completed
+                frames[inner_key] = replace(inner_frame, completed=(), state=SagaState.CLOSED)
+        frames[key] = replace(self._saga(key), state=SagaState.COMPENSATING, completed=completed)
         self._next_compensation(key)
 
     def _next_compensation(self, key: str) -> None:
-        frames = self.cursor["frames"]
-        frame = frames[key]
-        if frame["completed"]:
-            node_id, loop = frame["completed"].pop()
-            self._activity_job(COMPENSATE, self.graph.node(node_id), key, loop)
+        frame = self._saga(key)
+        if frame.completed:
+            *rest, (node_id, loop) = frame.completed
+            self.frames[key] = replace(frame, completed=tuple(rest))
+            self._activity_job(JobKind.COMPENSATE, self.graph.node(node_id), key, loop)
             return
-        frame["state"] = CLOSED
-        outer = self._nearest_saga(frame["parent"], alive_only=True)
+        self.frames[key] = replace(frame, state=SagaState.CLOSED)
+        outer = self._nearest_saga(frame.parent, alive_only=True)
         if outer is None:
             self.terminal = self.terminal or InstanceState.COMPENSATED
-        elif frames[outer]["state"] == OPEN:
+        elif self._saga(outer).state is SagaState.OPEN:
             self._unwind(outer)
 
+    def _saga(self, key: str) -> SagaFrame:
+        frame = self.frames[key]
+        assert isinstance(frame, SagaFrame), key
+        return frame
+
+    def _compensating(self, key: str) -> bool:
+        frame = self.frames.get(key)
+        return isinstance(frame, SagaFrame) and frame.state is SagaState.COMPENSATING
+
     def _nearest_saga(self, scope: str | None, *, alive_only: bool) -> str | None:
-        frames = self.cursor["frames"]
+        frames = self.frames
         key = scope
         while key is not None:
             frame = frames.get(key)
             if frame is None:
                 return None
-            if frame["kind"] == SAGA and (not alive_only or frame["state"] != CLOSED):
+            if isinstance(frame, SagaFrame) and (
+                not alive_only or frame.state is not SagaState.CLOSED
+            ):
                 return key
-            key = frame["parent"]
+            key = frame.parent
         return None
 
     def _inside(self, key: str, ancestor: str) -> bool:
-        frames = self.cursor["frames"]
-        parent = frames[key]["parent"]
+        frames = self.frames
+        parent = frames[key].parent
         while parent is not None:
             if parent == ancestor:
                 return True
             frame = frames.get(parent)
-            parent = frame["parent"] if frame is not None else None
+            parent = frame.parent if frame is not None else None
         return False
 
     def _live(self, scope: str | None) -> bool:
         """Whether routing may go on in ``scope``: every frame up to the root is open."""
         if self.terminal is not None:
             return False
-        frames = self.cursor["frames"]
+        frames = self.frames
         key = scope
         while key is not None:
             frame = frames.get(key)
-            if frame is None or frame.get("state", OPEN) != OPEN:
+            if frame is None or (
+                isinstance(frame, SagaFrame) and frame.state is not SagaState.OPEN
+            ):
                 return False
-            key = frame["parent"]
+            key = frame.parent
         return True
 
     # -- bookkeeping ------------------------------------------------------------------
 
     def _open_join(self, node: GraphNode, scope: str | None, loop: int | None, count: int) -> str:
-        return self._open_frame(JOIN, node, scope, loop, remaining=count)
-
-    def _open_frame(
-        self, kind: str, node: GraphNode, scope: str | None, loop: int | None, **fields: Any
-    ) -> str:
-        self.cursor["seq"] += 1
-        key = f"{node.id}#{self.cursor['seq']}"
-        self.cursor["frames"][key] = {
-            "kind": kind,
-            "node": node.id,
-            "parent": scope,
-            "loop": loop,
-            "seq": self.cursor["seq"],
-            **fields,
-        }
+        key = self._frame_key(node)
+        self.frames[key] = JoinFrame(
+            node=node.id, parent=scope, loop=loop, seq=self.seq, remaining=count
+        )
         return key
 
+    def _frame_key(self, node: GraphNode) -> str:
+        """The key of a new frame at ``node`` (:attr:`seq` moves on to its number)."""
+        self.seq += 1
+        return f"{node.id}#{self.seq}"
+
     def _done(self, node_id: str) -> None:
-        if node_id not in self.cursor["done"]:
-            self.cursor["done"].append(node_id)
+        if node_id not in self.done:
+            self.done.append(node_id)
 
     def _stick(
-        self, job: str, kind: str, node: str, scope: str | None, loop: int | None, error: str | None
+        self,
+        job: str,
+        kind: StuckKind,
+        node: str,
+        scope: str | None,
+        loop: int | None,
+        error: str | None,
     ) -> None:
-        self.cursor["stuck"][job] = {
-            "kind": kind,
-            "node": node,
-            "scope": scope,
-            "loop": loop,
-            "error": error,
-            "at": self.now.isoformat(),
-        }
-        self.cursor["error"] = {"node": node, "error": error}
+        self.stuck[job] = StuckJob(
+            kind=kind, node=node, scope=scope, loop=loop, error=error, at=self.now
+        )
+        self.error = LastError(node=node, error=error)
 
     def _fail_instance(self, node: str, error: str | None) -> None:
-        self.cursor["error"] = {"node": node, "error": error}
+        self.error = LastError(node=node, error=error)
         self.terminal = InstanceState.FAILED
 
     def _activity_job(
-        self, kind: str, node: GraphNode, scope: str | None, loop: int | None
+        self, kind: JobKind, node: GraphNode, scope: str | None, loop: int | None
     ) -> None:
         spec = node.spec
         assert isinstance(spec, Step)
         retry = spec.retry
-        if kind == STEP and spec.on_failure is OnFailure.COMPENSATE:
+        if kind is JobKind.STEP and spec.on_failure is OnFailure.COMPENSATE:
             retry = _NO_RETRY
         self._run_job(kind, node, scope, loop, retry=retry, timeout=spec.timeout, queue=spec.queue)
 
     def _run_job(
         self,
-        kind: str,
+        kind: JobKind,
         node: GraphNode,
         scope: str | None,
         loop: int | None,
@@ -532,10 +527,9 @@ class Plan:
                 queue=queue,
             )
         )
-        entry: dict[str, Any] = {"kind": kind, "node": node.id, "scope": scope, "loop": loop}
-        if bookmark is not None:
-            entry["bookmark"] = bookmark
-        self.cursor["jobs"][str(job_id)] = entry
+        self.pending[str(job_id)] = PendingJob(
+            kind=kind, node=node.id, scope=scope, loop=loop, bookmark=bookmark
+        )
         return job_id
 
     def job(
@@ -580,16 +574,18 @@ def instance_job(
     timeout: timedelta | None = None,
     queue: str | None = None,
 ) -> JobRecord:
-    queue = queue or cursor["queue"]
+    """A job of ``instance``, on the queue, retry policy and limits its cursor keeps
+    unless given."""
+    queue = queue or cursor.queue
     return JobRecord(
         id=job_id,
         queue=queue,
-        limits=limits_of(cursor.get("limits", {}).get(queue)),
+        limits=cursor.limits.get(queue, ()),
         invocation=Invocation(target=target, args=args),
         state=JobState.SCHEDULED if due is not None else JobState.ENQUEUED,
         created_at=now,
         due_at=due,
-        retry=retry or retry_of(cursor["retry"]),
+        retry=retry or cursor.retry,
         timeout=timeout,
         tenant_id=instance.tenant_id,
         workflow_instance_id=instance.id,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID
 
 from millrace_django.clock import Clock
@@ -13,7 +12,8 @@ from millrace_django.contract import BookmarkRecord, JobRecord, WorkflowInstance
 from millrace_django.engine.workflow.definition import find
 from millrace_django.engine.workflow.documents import check_payload
 from millrace_django.engine.workflow.errors import InvalidSignalPayload
-from millrace_django.engine.workflow.jobs import resume_job, waiting_at
+from millrace_django.engine.workflow.instance_cursor import Wait
+from millrace_django.engine.workflow.jobs import Live, resume_job, waiting_at, with_cursor
 from millrace_django.engine.workflow.spec import WaitForSignal
 from millrace_django.engine.workflow.store import WorkflowStore
 from millrace_django.observability.telemetry import carry_trace
@@ -68,17 +68,18 @@ def _round(
     ) -> Sequence[JobRecord]:
         delivered.clear()  # a replayed transaction builds them again
         again.clear()
-        live: dict[tuple[str, str], list[tuple[BookmarkRecord, dict[str, Any]]]] = {}
+        live: dict[tuple[str, str], list[tuple[BookmarkRecord, Live, Wait]]] = {}
         stale: set[tuple[str, str]] = set()
         for n, bookmark in enumerate(consumed):
             if bookmark is None:
                 continue
             key = _key(signals[n])
-            wait = waiting_at(instances.get(bookmark.instance_id), bookmark)
-            if wait is None:
+            running = with_cursor(instances.get(bookmark.instance_id))
+            wait = waiting_at(running, bookmark)
+            if running is None or wait is None:
                 stale.add(key)
             else:
-                live.setdefault(key, []).append((bookmark, wait))
+                live.setdefault(key, []).append((bookmark, running, wait))
         jobs = []
         now = clock.now()
         for n, signal in enumerate(signals):
@@ -87,11 +88,10 @@ def _round(
                 if key in stale:
                     again.append(n)
                 continue
-            bookmark, wait = live[key].pop(0)
-            instance = instances[bookmark.instance_id]
-            spec = _wait_spec(instance, wait)
+            bookmark, running, wait = live[key].pop(0)
+            spec = _wait_spec(running, wait)
             payload = check_payload(spec.payload, signal.payload, signal=signal.name)
-            jobs.append(resume_job(instance, wait, bookmark, payload, timed_out=False, now=now))
+            jobs.append(resume_job(running, wait, bookmark, payload, timed_out=False, now=now))
             delivered.add(n)
         return carry_trace(jobs)
 
@@ -103,15 +103,10 @@ def _key(signal: Signal) -> tuple[str, str]:
     return signal.name, signal.correlation_id
 
 
-def _wait_spec(instance: WorkflowInstanceRecord, wait: dict[str, Any]) -> WaitForSignal:
-    cursor = instance.cursor if isinstance(instance.cursor, dict) else {}
-    module = cursor.get("module")
-    definition = find(
-        instance.definition_id,
-        instance.definition_version,
-        module if isinstance(module, str) else None,
-    )
-    spec = definition.graph.node(wait["node"]).spec
+def _wait_spec(live: Live, wait: Wait) -> WaitForSignal:
+    instance, cursor = live
+    definition = find(instance.definition_id, instance.definition_version, cursor.module)
+    spec = definition.graph.node(wait.node).spec
     if not isinstance(spec, WaitForSignal):
-        raise InvalidSignalPayload(f"node {wait['node']!r} does not wait for a signal")
+        raise InvalidSignalPayload(f"node {wait.node!r} does not wait for a signal")
     return spec
