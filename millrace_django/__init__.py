@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from millrace_django import jobs, workflows
     from millrace_django.contract import JobState
-    from millrace_django.engine.context import JobContext
+    from millrace_django.engine.job_context import JobContext
     from millrace_django.engine.registry import job
     from millrace_django.engine.retry import Retry
     from millrace_django.engine.status import JobStatus
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "job": ("millrace_django.engine.registry", "job"),
     "Retry": ("millrace_django.engine.retry", "Retry"),
-    "JobContext": ("millrace_django.engine.context", "JobContext"),
+    "JobContext": ("millrace_django.engine.job_context", "JobContext"),
     "JobState": ("millrace_django.contract", "JobState"),
     "JobStatus": ("millrace_django.engine.status", "JobStatus"),
     "tenant": ("millrace_django.engine.tenancy", "tenant"),

@@ -9,7 +9,7 @@ class MillraceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from millrace_django import checks, wiring  # noqa: F401 - registers the system checks
+        from millrace_django import assembly, checks  # noqa: F401 - registers the system checks
         from millrace_django.dashboard import checks as dashboard_checks  # noqa: F401
 
-        wiring.install()
+        assembly.install()

@@ -46,10 +46,10 @@ def check_settings(
 def _provider_problems() -> list[CheckMessage]:
     """A third-party provider is built here, once, as the process will use it: its
     factory must make a complete provider (see ``storage.open_storage``)."""
-    from millrace_django import wiring
+    from millrace_django import assembly
 
     try:
-        wiring.storage()
+        assembly.storage()
     except InvalidProvider as error:
         return [
             Error(
@@ -94,9 +94,9 @@ def _atomic_job_problems() -> list[CheckMessage]:
     """Atomic jobs need a storage that joins their transaction (the memory storage has
     none). Only the jobs imported by the time the checks run are seen here; enqueueing
     any other refuses it just as clearly."""
-    from millrace_django import wiring
+    from millrace_django import assembly
 
-    storage = wiring.storage()
+    storage = assembly.storage()
     return [
         Error(
             str(refusal),

@@ -23,7 +23,7 @@ from millrace_django.contract import Limit, RetrySpec
 from millrace_django.engine.declared_limits import concurrency_of, queue_limit
 from millrace_django.engine.errors import InvalidRetry
 from millrace_django.engine.retry import validate_retry
-from millrace_django.runtime.config import RuntimeSettings
+from millrace_django.runtime.runtime_settings import RuntimeSettings
 from millrace_django.storage import PROVIDERS
 
 

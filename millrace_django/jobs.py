@@ -14,7 +14,7 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 
 from millrace_django.engine.client import Batch
-from millrace_django.engine.current import default_client
+from millrace_django.engine.default_client import default_client
 from millrace_django.engine.registry import JobLike
 from millrace_django.engine.status import JobStatus
 

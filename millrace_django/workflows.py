@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from millrace_django.contract import JSON, InstanceState, InstanceSummary, Page
-from millrace_django.engine.current import default_client
+from millrace_django.engine.default_client import default_client
 from millrace_django.engine.workflow import (
     ActivityContext,
     Delay,

@@ -84,12 +84,12 @@ def check_dashboard(
 def _storage_problem() -> Error | None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from millrace_django import wiring
+    from millrace_django import assembly
     from millrace_django.conf import InvalidSettings
     from millrace_django.contract import MonitoringStorage
 
     try:
-        storage = wiring.storage()
+        storage = assembly.storage()
     except (InvalidSettings, ImproperlyConfigured, ValueError):
         return None  # the settings checks report this
     if isinstance(storage, MonitoringStorage):

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.conf import get_settings
 from millrace_django.contract import (
     JSON,
@@ -33,27 +33,27 @@ from millrace_django.errors import MillraceError
 def monitoring() -> MonitoringStorage:
     """The configured storage's read model (the system checks refuse a storage without
     one, so this only fails on a misconfigured project)."""
-    storage = wiring.storage()
+    storage = assembly.storage()
     if not isinstance(storage, MonitoringStorage):  # pragma: no cover - see checks.py
         raise TypeError(f"{type(storage).__name__} has no monitoring read model")
     return storage
 
 
 def storage_provider() -> str:
-    storage = wiring.storage()
+    storage = assembly.storage()
     return f"{type(storage).__module__}.{type(storage).__qualname__}"
 
 
 def jobs() -> JobClient:
-    return wiring.client()
+    return assembly.client()
 
 
 def workflows() -> WorkflowClient:
-    return WorkflowClient(wiring.storage(), wiring.clock(), get_settings())
+    return WorkflowClient(assembly.storage(), assembly.clock(), get_settings())
 
 
 def now() -> datetime:
-    return wiring.clock().now()
+    return assembly.clock().now()
 
 
 def configured_queues() -> list[str]:
@@ -70,7 +70,7 @@ THROUGHPUT_MINUTES = 60
 
 def job_storage() -> Storage:
     """The configured storage, whole (job, workflow and monitoring operations)."""
-    return wiring.storage()
+    return assembly.storage()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,7 @@ def gone_before() -> datetime:
 def worker_registry() -> list[RegisteredWorker] | None:
     """Registered workers with their heartbeats, most recently seen first (``None`` when
     the storage has no registry)."""
-    list_workers = getattr(wiring.storage(), "list_workers", None)
+    list_workers = getattr(assembly.storage(), "list_workers", None)
     if list_workers is None:
         return None
     cutoff = gone_before()
@@ -139,7 +139,7 @@ def limit_usage() -> list[LimitUsage]:
 
 def paused_queues() -> frozenset[str] | None:
     """Queues an operator paused (``None`` when the storage cannot pause queues)."""
-    read = getattr(wiring.storage(), "paused_queues", None)
+    read = getattr(assembly.storage(), "paused_queues", None)
     return frozenset(read()) if read is not None else None
 
 
@@ -156,7 +156,7 @@ def throughput() -> Sequence[ThroughputPoint] | None:
     """Succeeded and dead jobs per minute over the last :data:`THROUGHPUT_MINUTES`
     minutes, the current one included, for the overview chart (all tenants: the
     storage's counts are not per tenant). ``None`` when the storage has no such read."""
-    read = getattr(wiring.storage(), "get_throughput", None)
+    read = getattr(assembly.storage(), "get_throughput", None)
     if read is None:
         return None
     until = now().replace(second=0, microsecond=0) + timedelta(minutes=1)

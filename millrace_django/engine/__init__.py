@@ -4,10 +4,9 @@ the async twins of the enqueue calls) only; the Django edge wires a storage and 
 into it."""
 
 from millrace_django.engine.client import Batch, JobClient
-from millrace_django.engine.config import EngineConfig, EngineSettings
-from millrace_django.engine.context import CancelReason, JobContext, LogLine, Report
 from millrace_django.engine.cron import CronSchedule
-from millrace_django.engine.current import default_client, set_default_client
+from millrace_django.engine.default_client import default_client, set_default_client
+from millrace_django.engine.engine_settings import EngineConfig, EngineSettings
 from millrace_django.engine.errors import (
     ArgumentsTooLarge,
     AtomicJobRefused,
@@ -31,6 +30,7 @@ from millrace_django.engine.errors import (
 )
 from millrace_django.engine.executor import PreparedJob, prepare, run_handler, run_handler_async
 from millrace_django.engine.invocation import capture, decode, resolve
+from millrace_django.engine.job_context import CancelReason, JobContext, LogLine, Report
 from millrace_django.engine.registry import (
     ConfiguredJob,
     JobDefinition,

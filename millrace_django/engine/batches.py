@@ -4,7 +4,7 @@
 *watcher* (:func:`watch_batch`, an ordinary job on the callback's queue) carrying the
 batch's job ids and the callback, already bound and validated. The watcher reads those
 jobs; it commits nothing itself but hands one job to its own success transition
-(:meth:`~millrace_django.engine.context.JobContext.ride_on_success`):
+(:meth:`~millrace_django.engine.job_context.JobContext.ride_on_success`):
 
 - every batch job terminal: the callback, called with the batch's ``batch_id`` and the
   counts ``succeeded``, ``dead`` and ``cancelled`` as keywords;
@@ -35,8 +35,8 @@ from millrace_django.contract import (
     RetryKind,
     RetrySpec,
 )
-from millrace_django.engine.context import JobContext, SideEffects
-from millrace_django.engine.current import default_client
+from millrace_django.engine.default_client import default_client
+from millrace_django.engine.job_context import JobContext, SideEffects
 from millrace_django.engine.registry import job
 from millrace_django.engine.retry import Retry
 from millrace_django.ids import new_id

@@ -35,8 +35,8 @@ from millrace_django.engine.batches import (
     watcher_record,
     zero_counts,
 )
-from millrace_django.engine.config import EngineConfig
 from millrace_django.engine.cron import CronSchedule
+from millrace_django.engine.engine_settings import EngineConfig
 from millrace_django.engine.errors import (
     DuplicateIdempotencyKey,
     InvalidSchedule,

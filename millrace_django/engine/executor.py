@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from millrace_django.contract import JobRecord
-from millrace_django.engine.context import JobContext
 from millrace_django.engine.invocation import decode, resolve
+from millrace_django.engine.job_context import JobContext
 from millrace_django.engine.registry import CONTEXT_PARAMETER, JobDefinition
 from millrace_django.engine.tenancy import tenant
 

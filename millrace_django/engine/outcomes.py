@@ -24,10 +24,10 @@ from millrace_django.contract import (
     JobState,
     JobTransition,
 )
-from millrace_django.engine.config import EngineConfig
-from millrace_django.engine.context import CancelReason, SideEffects
+from millrace_django.engine.engine_settings import EngineConfig
 from millrace_django.engine.errors import FailedInChild, HardTimeoutExceeded, JobTimedOut
 from millrace_django.engine.invocation import find
+from millrace_django.engine.job_context import CancelReason, SideEffects
 from millrace_django.engine.jsonvalues import json_problem, storable_text
 from millrace_django.engine.limits import limits_of_call
 from millrace_django.engine.registry import JobDefinition, JobOptions

@@ -19,7 +19,7 @@ from time import monotonic
 from django.core.management.base import CommandError
 from django.db import connections
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.conf import InvalidSettings, MillraceSettings, get_settings
 from millrace_django.observability import JobLogFilter
 from millrace_django.runtime import ClockSync, Hooks, handle_stop_signals
@@ -181,10 +181,10 @@ def connection_hooks() -> Hooks:
 
 
 def calibrated_clock() -> ClockSync | None:
-    """The calibration of :func:`wiring.clock` (``None`` when ``CLOCK_SYNC`` is off or
+    """The calibration of :func:`assembly.clock` (``None`` when ``CLOCK_SYNC`` is off or
     there is nothing to calibrate to), measured once now, before the runtime reads the
     clock; a failure is logged and the runtime measures again within seconds."""
-    sync = wiring.clock_sync()
+    sync = assembly.clock_sync()
     if sync is not None:
         with tidy_connections():
             sync.sync_if_due()

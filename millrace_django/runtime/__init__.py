@@ -6,9 +6,9 @@ hygiene through :class:`Hooks`.
 """
 
 from millrace_django.runtime.clock_sync import ClockOffset, ClockSync, measure_offset
-from millrace_django.runtime.config import RuntimeSettings, SchedulerConfig, WorkerConfig
 from millrace_django.runtime.execution import Outcome, run_claimed
 from millrace_django.runtime.hooks import Hooks
+from millrace_django.runtime.runtime_settings import RuntimeSettings, SchedulerConfig, WorkerConfig
 from millrace_django.runtime.scheduler import (
     Scheduler,
     SchedulerPass,

@@ -38,7 +38,7 @@ from millrace_django.errors import ConcurrencyConflict, StorageError
 from millrace_django.runtime.execution import chain_checkpoints, flush_progress, remerge
 from millrace_django.runtime.hooks import Scope, daemon_thread
 from millrace_django.runtime.inflight import Execution
-from millrace_django.runtime.threads import JOIN_TIMEOUT
+from millrace_django.runtime.job_pool import JOIN_TIMEOUT
 
 logger = logging.getLogger(__name__)
 

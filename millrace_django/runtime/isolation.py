@@ -49,8 +49,8 @@ from millrace_django.engine import (
     resolve,
     run_handler,
 )
-from millrace_django.engine.context import Progress
 from millrace_django.engine.errors import FailedInChild, HardTimeoutExceeded
+from millrace_django.engine.job_context import Progress
 from millrace_django.engine.jsonvalues import json_problem
 from millrace_django.engine.outcomes import error_text, unstorable_result
 from millrace_django.engine.retry import raised_classes

@@ -32,8 +32,8 @@ from millrace_django.contract import (
 from millrace_django.engine import InvalidCron
 from millrace_django.engine.recurring import following_fire_time, occurrence
 from millrace_django.runtime.clock_sync import ClockSync
-from millrace_django.runtime.config import SchedulerConfig, check_scheduler_config
 from millrace_django.runtime.hooks import Hooks
+from millrace_django.runtime.runtime_settings import SchedulerConfig, check_scheduler_config
 
 logger = logging.getLogger(__name__)
 

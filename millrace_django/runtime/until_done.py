@@ -22,7 +22,7 @@ from datetime import datetime
 from millrace_django.clock import Clock
 from millrace_django.contract import JobQuery, JobState, JobSummary, MonitoringStorage
 from millrace_django.runtime.hooks import Hooks, daemon_thread
-from millrace_django.runtime.threads import JOIN_TIMEOUT
+from millrace_django.runtime.job_pool import JOIN_TIMEOUT
 
 logger = logging.getLogger(__name__)
 

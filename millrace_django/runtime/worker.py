@@ -4,10 +4,10 @@ Threads (daemons, so a stuck job never keeps the process alive at exit):
 
 - the caller's thread runs the claim loop, :meth:`Worker.run`;
 - ``millrace-job-N``: the pool of ``concurrency`` threads running job functions
-  (:class:`~millrace_django.runtime.threads.JobPool`);
+  (:class:`~millrace_django.runtime.job_pool.JobPool`);
 - ``millrace-asyncio``: one event loop that async job functions run on, up to
   ``async_concurrency`` at once, holding no thread while they wait
-  (:class:`~millrace_django.runtime.threads.CoroutinePool`);
+  (:class:`~millrace_django.runtime.job_pool.CoroutinePool`);
 - ``millrace-maintenance``: heartbeats, timeouts and abandonment, looked at every tick;
 - ``millrace-acks``: writes finished attempts in batches;
 - ``millrace-wakeup``: turns the provider's notifications into wake-ups, if it has them.
@@ -52,7 +52,6 @@ from millrace_django.observability.logs import job_fields, log_attempt_end
 from millrace_django.observability.telemetry import watch_queue_depth
 from millrace_django.runtime.acks import Acknowledgement, Acknowledger
 from millrace_django.runtime.clock_sync import ClockSync
-from millrace_django.runtime.config import WorkerConfig, check_worker_config
 from millrace_django.runtime.execution import (
     Outcome,
     cancellation_outcome,
@@ -62,17 +61,18 @@ from millrace_django.runtime.execution import (
 from millrace_django.runtime.heartbeat import Heartbeat
 from millrace_django.runtime.hooks import Hooks, daemon_thread
 from millrace_django.runtime.inflight import Execution, InFlight
-from millrace_django.runtime.polling import Backoff, Wakeup
-from millrace_django.runtime.quarantine import Quarantine
-from millrace_django.runtime.registry import WorkerRegistration
-from millrace_django.runtime.shutdown import StopRequests
-from millrace_django.runtime.threads import (
+from millrace_django.runtime.job_pool import (
     JOIN_TIMEOUT,
     PREFETCH_BATCHES,
     CoroutinePool,
     JobPool,
     LoopThread,
 )
+from millrace_django.runtime.polling import Backoff, Wakeup
+from millrace_django.runtime.quarantine import Quarantine
+from millrace_django.runtime.runtime_settings import WorkerConfig, check_worker_config
+from millrace_django.runtime.shutdown import StopRequests
+from millrace_django.runtime.worker_registry import WorkerRegistration
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pytest_django.live_server_helper import LiveServer
 from millrace_django import job, tenant
 from millrace_django.clock import SystemClock
 from millrace_django.contract import JobState
-from millrace_django.runtime.registry import WorkerRegistration
+from millrace_django.runtime.worker_registry import WorkerRegistration
 from millrace_django.testing import JobRunner
 from tests.dashboard.sample import World, runner_now, seed
 

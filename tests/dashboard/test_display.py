@@ -11,10 +11,10 @@ from uuid import UUID
 from django.test import Client
 from django.urls import reverse
 
-from millrace_django import Retry, wiring
+from millrace_django import Retry, assembly
 from millrace_django.contract import ClaimRequest, JobRecord, JobState, JobTransition
 from millrace_django.engine.workflow import Saga, Step, Workflow
-from millrace_django.runtime.registry import WorkerRegistration
+from millrace_django.runtime.worker_registry import WorkerRegistration
 from millrace_django.testing import JobRunner
 from tests.dashboard.sample import charge_card, nightly_cleanup, reserve_stock, send_welcome
 
@@ -125,7 +125,7 @@ class TestTimeline:
 
 class TestActiveWorkers:
     def test_the_overview_counts_every_registered_worker_alive(self, operator, world):
-        storage, clock = wiring.storage(), wiring.clock()  # the dashboard's own
+        storage, clock = assembly.storage(), assembly.clock()  # the dashboard's own
         for n in range(8):
             registration = WorkerRegistration(
                 storage, clock, worker_id=f"pod-{n}", queues=["emails"], concurrency=8

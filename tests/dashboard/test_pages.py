@@ -183,10 +183,10 @@ def test_pausing_a_queue_from_the_queues_page(operator: Client, world: World):
 def test_the_registry_shows_live_and_gone_workers(operator: Client, world: World):
     from datetime import timedelta
 
-    from millrace_django import wiring
-    from millrace_django.runtime.registry import WorkerRegistration
+    from millrace_django import assembly
+    from millrace_django.runtime.worker_registry import WorkerRegistration
 
-    storage, clock = wiring.storage(), wiring.clock()
+    storage, clock = assembly.storage(), assembly.clock()
     WorkerRegistration(
         storage, clock, worker_id="old-worker", queues=["emails"], concurrency=2
     ).beat(0)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.clock import FakeClock
 from millrace_django.conf import get_settings
 from millrace_django.contract import WorkerHeartbeat
@@ -34,8 +34,8 @@ def health(*args: str) -> str:
 
 
 def beat(worker_id: str, *, ago: timedelta, hostname: str = "elsewhere") -> None:
-    seen = wiring.clock().now() - ago
-    wiring.storage().record_worker_heartbeat(  # type: ignore[attr-defined]
+    seen = assembly.clock().now() - ago
+    assembly.storage().record_worker_heartbeat(  # type: ignore[attr-defined]
         WorkerHeartbeat(
             worker_id=worker_id,
             hostname=hostname,
@@ -94,8 +94,8 @@ def test_no_worker_on_this_host_is_unhealthy_and_a_fresh_one_is_healthy() -> Non
 
 @transactional
 def test_an_old_backlog_is_unhealthy_past_the_latency_limit() -> None:
-    clock = FakeClock(wiring.clock().now() - timedelta(minutes=10))
-    JobClient(wiring.storage(), clock, get_settings()).enqueue(
+    clock = FakeClock(assembly.clock().now() - timedelta(minutes=10))
+    JobClient(assembly.storage(), clock, get_settings()).enqueue(
         jobs.chatty.using(queue="emails"), "x"
     )
     assert health("--max-queue-latency", "3600").startswith("healthy")

@@ -34,11 +34,11 @@ def race(directory: Path, seed: int, rollback_share: float, keys: list[str]) -> 
     django.setup()
     from django.db import transaction
 
-    from millrace_django import wiring
+    from millrace_django import assembly
     from millrace_django.contract import JobState
     from tests.reliability.harness import jobs
 
-    client = wiring.client()
+    client = assembly.client()
     chooser = random.Random(seed)
     order = chooser.sample(keys, len(keys))
     (directory / f"ready-{seed}").touch()

@@ -21,7 +21,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.test import override_settings
 from django.utils import timezone
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.conf import get_settings
 from millrace_django.engine import JobTimedOut
 from millrace_django.management.support import connection_hooks
@@ -52,7 +52,7 @@ def frames(text: str) -> list[str]:
 
 def run_worker(*, concurrency: int = 4) -> Worker:
     """Activate what is due, then run a worker until nothing is claimable."""
-    storage, clock, settings = wiring.storage(), wiring.clock(), get_settings()
+    storage, clock, settings = assembly.storage(), assembly.clock(), get_settings()
     Scheduler(storage, clock, settings, hooks=connection_hooks()).run_once()
     worker = Worker(storage, clock, settings, concurrency=concurrency, hooks=connection_hooks())
     worker.run(until_idle=True)

@@ -12,7 +12,7 @@ import pytest
 from django.tasks import TaskResultStatus, task
 from django.test import override_settings
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.conf import get_settings
 from millrace_django.management.support import connection_hooks
 from millrace_django.runtime import Worker
@@ -39,7 +39,11 @@ def fast_workers() -> Iterator[None]:
 def run_worker_bounded() -> Worker:
     """A worker until nothing is claimable, on a thread; fails unless it stops in time."""
     worker = Worker(
-        wiring.storage(), wiring.clock(), get_settings(), concurrency=1, hooks=connection_hooks()
+        assembly.storage(),
+        assembly.clock(),
+        get_settings(),
+        concurrency=1,
+        hooks=connection_hooks(),
     )
     running = threading.Thread(target=worker.run, kwargs={"until_idle": True}, daemon=True)
     running.start()

@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.checks import check_settings
 from millrace_django.clock import CorrectedClock, DatabaseTime, FakeClock, SystemClock
 from millrace_django.conf import InvalidSettings, parse_settings
@@ -133,23 +133,23 @@ def test_the_clock_is_corrected_and_calibrated_by_default(settings: Any) -> None
 
     assert (parsed.clock, parsed.clock_sync) == ("millrace_django.clock.SystemClock", True)
     assert parsed.clock_skew_warning == timedelta(seconds=1)
-    assert isinstance(wiring.clock(), CorrectedClock)
-    sync = wiring.clock_sync()
-    assert sync is not None and sync.clock is wiring.clock()
+    assert isinstance(assembly.clock(), CorrectedClock)
+    sync = assembly.clock_sync()
+    assert sync is not None and sync.clock is assembly.clock()
 
 
 def test_clock_sync_off_leaves_the_source_clock_alone(settings: Any) -> None:
     settings.MILLRACE = {"CLOCK_SYNC": False}
 
-    assert type(wiring.clock()) is SystemClock
-    assert wiring.clock_sync() is None
+    assert type(assembly.clock()) is SystemClock
+    assert assembly.clock_sync() is None
 
 
 def test_the_memory_storage_has_nothing_to_calibrate_to(settings: Any) -> None:
     settings.MILLRACE = {"STORAGE": "memory"}
 
-    assert isinstance(wiring.storage(), MemoryStorage)
-    assert wiring.clock_sync() is None
+    assert isinstance(assembly.storage(), MemoryStorage)
+    assert assembly.clock_sync() is None
 
 
 def test_the_clock_setting_names_the_source_clock(settings: Any) -> None:
@@ -158,10 +158,10 @@ def test_the_clock_setting_names_the_source_clock(settings: Any) -> None:
         "CLOCK_SKEW_WARNING": 30,
     }
 
-    clock = wiring.clock()
+    clock = assembly.clock()
     assert isinstance(clock, CorrectedClock) and isinstance(clock.source, SkewedClock)
     assert clock.source.skew == timedelta(hours=1)
-    sync = wiring.clock_sync()
+    sync = assembly.clock_sync()
     assert sync is not None
 
 
@@ -170,7 +170,7 @@ def test_the_clock_setting_names_the_source_clock(settings: Any) -> None:
     [
         ("CLOCK", "millrace_django.clock.NoSuchClock", "importable dotted path"),
         ("CLOCK", 42, "importable dotted path"),
-        ("CLOCK", "millrace_django.wiring.__doc__", "is not callable"),
+        ("CLOCK", "millrace_django.assembly.__doc__", "is not callable"),
         ("CLOCK_SYNC", "yes", "True or False"),
         ("CLOCK_SKEW_WARNING", 0, "a positive duration"),
     ],
@@ -197,6 +197,6 @@ def test_the_scheduler_command_calibrates_before_its_pass(
         call_command("millrace_scheduler", "--once", verbosity=0)
 
     assert "3600.0" in caplog.text and "behind the database's" in caplog.text
-    sync = wiring.clock_sync()
+    sync = assembly.clock_sync()
     assert sync is not None and sync.latest is not None
     assert abs(sync.latest.offset - timedelta(hours=1)) <= SAME_MACHINE

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core.checks import Error
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.checks import check_settings
 from millrace_django.conf import InvalidSettings, get_settings, parse_settings
 from millrace_django.engine.retry import Retry
@@ -46,7 +46,7 @@ def test_numbers_are_read_as_seconds(settings: Any) -> None:
 def test_the_arguments_limit_is_the_clients(settings: Any) -> None:
     settings.MILLRACE = {"MAX_ARGUMENTS_BYTES": 4096}
     assert get_settings().max_arguments_bytes == 4096
-    assert wiring.client().config.max_arguments_bytes == 4096
+    assert assembly.client().config.max_arguments_bytes == 4096
 
 
 def test_overriding_the_setting_is_seen_at_once(settings: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.checks import check_settings
 from millrace_django.conf import InvalidSettings, parse_settings
 from millrace_django.contract import JobState
@@ -85,7 +85,7 @@ def test_a_job_runs_end_to_end_through_a_provider_named_by_its_dotted_path(
     # (the guide's provider, wrapping the memory one, cannot run those): not the
     # provider's own doing.
     assert [error for error in check_settings() if error.id != "millrace.E012"] == []
-    storage = wiring.storage()
+    storage = assembly.storage()
     assert type(storage).__qualname__ == "CountingStorage"
 
     command_jobs.ran.clear()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from millrace_django.clock import FakeClock
-from millrace_django.runtime.registry import WorkerRegistration
+from millrace_django.runtime.worker_registry import WorkerRegistration
 from millrace_django.storage.memory import MemoryStorage
 
 

@@ -17,7 +17,7 @@ def _compose() -> type:
     )
     from millrace_django.conformance.monitoring.history import AttemptHistoryFacts
     from millrace_django.conformance.monitoring.instances import InstanceQueryFacts
-    from millrace_django.conformance.monitoring.jobs import JobQueryFacts
+    from millrace_django.conformance.monitoring.job_queries import JobQueryFacts
     from millrace_django.conformance.monitoring.recurring import RecurringQueryFacts
     from millrace_django.conformance.monitoring.statistics import (
         MaintainedCountFacts,

@@ -12,7 +12,7 @@ from millrace_django.contract import JSON
 from millrace_django.engine.workflow.errors import WorkflowStepError
 
 if TYPE_CHECKING:
-    from millrace_django.engine.context import JobContext
+    from millrace_django.engine.job_context import JobContext
     from millrace_django.engine.workflow.spec import Selector
 
 

@@ -27,7 +27,7 @@ from millrace_django.contract import (
     Page,
     WorkflowInstanceRecord,
 )
-from millrace_django.engine.config import EngineConfig
+from millrace_django.engine.engine_settings import EngineConfig
 from millrace_django.engine.errors import UnknownQueue
 from millrace_django.engine.tenancy import current_tenant
 from millrace_django.engine.workflow import targets

@@ -3,7 +3,7 @@
 Each is an ordinary job. It reads its instance, runs at most one activity, and plans
 what follows (:class:`~millrace_django.engine.workflow.plan.Plan`). It commits nothing
 itself: the checkpoint, the next jobs and new bookmarks ride on this job's own success
-(:meth:`~millrace_django.engine.context.JobContext.ride_on_success`), so the worker
+(:meth:`~millrace_django.engine.job_context.JobContext.ride_on_success`), so the worker
 writes them in the same atom as the job's transition. Should another branch checkpoint
 first, the worker asks the plan again on the stored instance (a three-way merge of the
 data, the activity is not run again).
@@ -30,8 +30,8 @@ from millrace_django.contract import (
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
-from millrace_django.engine.context import JobContext, SideEffects
-from millrace_django.engine.current import default_client
+from millrace_django.engine.default_client import default_client
+from millrace_django.engine.job_context import JobContext, SideEffects
 from millrace_django.engine.registry import job
 from millrace_django.engine.workflow import targets
 from millrace_django.engine.workflow.activity import ActivityContext, call_activity

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.conf import MillraceSettings
 from millrace_django.contract import TenantFilter, WorkerHeartbeat
 from millrace_django.dashboard.services import GONE_AFTER_HEARTBEATS
@@ -149,8 +149,8 @@ def _run_checks(settings: MillraceSettings, options: dict[str, Any], checks: lis
         failed("migrations", f"{len(pending)} migration(s) not applied, first {pending[0]}")
     passed("migrations", "migrations applied")
 
-    storage = wiring.storage()
-    now = wiring.clock().now()
+    storage = assembly.storage()
+    now = assembly.clock().now()
     if options["worker"] is not None:
         heartbeat = settings.heartbeat * GONE_AFTER_HEARTBEATS
         if options["max_heartbeat_age"] is not None:
@@ -191,7 +191,7 @@ def _run_checks(settings: MillraceSettings, options: dict[str, Any], checks: lis
 def _calibrate() -> str:
     """Measure this host's clock against the database's, as workers do, so the ages
     below are read in the database's time; say how far apart they are."""
-    sync = wiring.clock_sync()
+    sync = assembly.clock_sync()
     if sync is None:
         return "clock not calibrated (CLOCK_SYNC is off, or the storage has no database clock)"
     measured = sync.sync()

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.management.support import (
     load_settings,
     parse_duration,
@@ -46,8 +46,8 @@ class Command(BaseCommand):
                 "pass --older-than to purge anyway"
             )
         batch = positive("--batch-size", options["batch_size"]) or settings.purge_batch
-        storage = wiring.storage()
-        before = wiring.clock().now() - age
+        storage = assembly.storage()
+        before = assembly.clock().now() - age
         total = 0
         while True:
             count = storage.purge_finished(before, batch)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.management.support import (
     calibrated_clock,
     close_connections,
@@ -37,8 +37,8 @@ class Command(BaseCommand):
         try:
             with command_logging(options["verbosity"]):
                 scheduler = Scheduler(
-                    wiring.storage(),
-                    wiring.clock(),
+                    assembly.storage(),
+                    assembly.clock(),
                     settings,
                     hooks=connection_hooks(),
                     clock_sync=calibrated_clock(),

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from millrace_django import wiring
+from millrace_django import assembly
 from millrace_django.clock import Clock
 from millrace_django.conf import MillraceSettings
 from millrace_django.contract import JobStorage, MonitoringStorage
@@ -126,8 +126,8 @@ class Command(BaseCommand):
                 "MILLRACE['STORAGE'] is 'memory': this worker only sees jobs enqueued in "
                 "its own process."
             )
-        storage = wiring.storage()
-        clock = wiring.clock()
+        storage = assembly.storage()
+        clock = assembly.clock()
         clock_sync = calibrated_clock()
         hooks = connection_hooks()
         try:

@@ -9,7 +9,7 @@ import pytest
 
 from millrace_django.clock import FakeClock
 from millrace_django.engine import CancelReason, JobCancelled, JobContext, LogLine
-from millrace_django.engine.context import MAX_CHECKPOINT_BYTES
+from millrace_django.engine.job_context import MAX_CHECKPOINT_BYTES
 
 
 @pytest.fixture

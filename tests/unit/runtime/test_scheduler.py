@@ -24,13 +24,13 @@ from millrace_django.contract import (
 from millrace_django.engine import JobClient, outcomes
 from millrace_django.engine.recurring import FAR_FUTURE
 from millrace_django.runtime import Hooks, RuntimeSettings, Scheduler, scheduler
-from millrace_django.runtime.registry import WorkerRegistration
 from millrace_django.runtime.scheduler import (
     FORGET_WORKERS_EVERY,
     SHORTEST_PAUSE,
     SchedulerPass,
     pause,
 )
+from millrace_django.runtime.worker_registry import WorkerRegistration
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.helpers import TIMEOUT, stored, wait_until

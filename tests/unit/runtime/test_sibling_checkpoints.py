@@ -17,7 +17,7 @@ from millrace_django.contract import (
     WorkflowInstanceRecord,
 )
 from millrace_django.engine import JobContext
-from millrace_django.engine.context import SideEffects
+from millrace_django.engine.job_context import SideEffects
 from millrace_django.ids import new_id
 from millrace_django.runtime.execution import chain_checkpoints
 

@@ -23,10 +23,10 @@ from millrace_django.clock import FakeClock
 from millrace_django.contract import ClaimRequest, JobState, JobTransition
 from millrace_django.engine import EngineSettings, JobClient, JobContext, Retry, outcomes
 from millrace_django.errors import StorageError
-from millrace_django.runtime import RuntimeSettings, acks, threads
+from millrace_django.runtime import RuntimeSettings, acks, job_pool
 from millrace_django.runtime.acks import Acknowledger, Result
 from millrace_django.runtime.inflight import Execution
-from millrace_django.runtime.threads import JobPool
+from millrace_django.runtime.job_pool import JobPool
 from millrace_django.storage.memory import MemoryStorage
 from tests.unit.runtime import jobs
 from tests.unit.runtime.conftest import StartWorker
@@ -111,9 +111,9 @@ def test_slow_jobs_are_not_prefetched(
     start_worker: StartWorker,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(threads, "PREFETCH_HORIZON", 1e-9)  # every job counts as slow
+    monkeypatch.setattr(job_pool, "PREFETCH_HORIZON", 1e-9)  # every job counts as slow
     # One thread: its first job does not count towards the pace.
-    warm = [jobs.record.enqueue(f"warm-{n}") for n in range(threads.FIRST_DURATIONS + 1)]
+    warm = [jobs.record.enqueue(f"warm-{n}") for n in range(job_pool.FIRST_DURATIONS + 1)]
     worker = start_worker(concurrency=1).worker
     for job_id in warm:  # the pace is known from here on
         wait_for_state(storage, job_id, JobState.SUCCEEDED)
@@ -311,9 +311,9 @@ def test_threads_grow_linearly_while_first_jobs_wait_for_an_import_and_stop_afte
     run = Runs(block={execution.job.id for execution in batch})
     pool = pool_of(250, run, name="importing")
     pool.submit(batch)
-    wait_until(lambda: run.running >= threads.FIRST_THREADS, "the first jobs to start")
+    wait_until(lambda: run.running >= job_pool.FIRST_THREADS, "the first jobs to start")
     began = time.perf_counter()
-    time.sleep(10 * threads.STALL)  # the import takes a while: more threads try meanwhile
+    time.sleep(10 * job_pool.STALL)  # the import takes a while: more threads try meanwhile
     run.gate.set()
     waited = time.perf_counter() - began
     wait_until(lambda: len(run.done) == len(batch), "the batch to run")
@@ -322,8 +322,8 @@ def test_threads_grow_linearly_while_first_jobs_wait_for_an_import_and_stop_afte
     # count as about to take work) and one per stall. Then none for the quick rest: a
     # pace taken from the import waits would put a thread on every queued job, and
     # doubling the threads per stall would reach 250 within 50 ms.
-    linear = waited / threads.WAKE_BUDGET * threads.FIRST_THREADS + waited / threads.STALL
-    assert started <= threads.FIRST_THREADS + linear + 5
+    linear = waited / job_pool.WAKE_BUDGET * job_pool.FIRST_THREADS + waited / job_pool.STALL
+    assert started <= job_pool.FIRST_THREADS + linear + 5
 
 
 def test_a_thread_stuck_in_a_long_job_does_not_hold_up_the_queue(

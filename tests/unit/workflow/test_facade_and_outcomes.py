@@ -11,8 +11,8 @@ import millrace_django
 from millrace_django import workflows
 from millrace_django.contract import ClaimRequest, InstanceState, JobRecord, JobState
 from millrace_django.engine import JobContext, outcomes
-from millrace_django.engine.context import SideEffects
 from millrace_django.engine.errors import NotConfigured
+from millrace_django.engine.job_context import SideEffects
 from millrace_django.engine.workflow import targets
 from millrace_django.testing import JobRunner
 from tests.unit.workflow import flows

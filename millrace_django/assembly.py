@@ -15,12 +15,12 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from millrace_django.child_setup import django_child
 from millrace_django.clock import Clock, CorrectedClock, DatabaseTime
 from millrace_django.conf import InvalidSettings, get_settings
 from millrace_django.contract import Storage
 from millrace_django.engine.client import JobClient
-from millrace_django.engine.current import set_default_client
-from millrace_django.isolation import django_child
+from millrace_django.engine.default_client import set_default_client
 from millrace_django.runtime import ClockSync
 from millrace_django.runtime.isolation import set_child_setup
 from millrace_django.storage import InvalidProvider, open_storage
