@@ -54,7 +54,8 @@ from millrace_django.storage.orm.postgresql import (
     complete_parameters,
 )
 from millrace_django.storage.orm.transactions import Transactions
-from millrace_django.storage.orm.vendors import PostgreSQL, vendor_for
+from millrace_django.storage.orm.vendors import vendor_for
+from millrace_django.storage.orm.vendors.postgresql import PostgreSQL
 from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
 from tests.integration.notifications import HINT_SECONDS, store_on
 from tests.integration.wire import wire_messages

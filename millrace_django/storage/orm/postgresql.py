@@ -63,7 +63,7 @@ from millrace_django.models import (
 )
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import tallies
-from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.context import Chain, OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath, claim_limited
 from millrace_django.storage.orm.inserts import meets_holders
 from millrace_django.storage.orm.rows import (
@@ -74,14 +74,11 @@ from millrace_django.storage.orm.rows import (
     limit_key,
     retry_json,
 )
-from millrace_django.storage.orm.steps import Chain
 from millrace_django.storage.orm.transactions import InsertConflict
-
-LOST_PREPARED_STATEMENT = "26000"
-"""SQLSTATE of an ``EXECUTE`` whose prepared statement the session does not have (a
-pooler moved us to another server connection, or someone ran ``DEALLOCATE``): the
-storage reads back what the session has prepared and the call is replayed."""
-DUPLICATE_PREPARED_STATEMENT = "42P05"
+from millrace_django.storage.orm.vendors.postgresql import (
+    LOST_PREPARED_STATEMENT,
+    StatementTimeout,
+)
 
 
 def _q(name: str) -> str:
@@ -174,45 +171,6 @@ def _sqlstate(error: DatabaseError) -> str | None:
 
 
 # -- sending ---------------------------------------------------------------------------
-
-
-class StatementTimeout:
-    """The ``SET LOCAL statement_timeout`` that bounds one storage call's statements: the
-    prefix of each statement sent in autocommit (its message is its own transaction), of
-    the first one only in a transaction (the setting lasts until the transaction ends).
-
-    Installed as Django's execute wrapper for the statements sent through Django's
-    cursors; the hot path, which sends its statements on the driver's connection itself
-    where nothing else needs to see them, takes the prefix with :meth:`take`.
-    """
-
-    def __init__(self, milliseconds: int) -> None:
-        self.prefix = f"SET LOCAL statement_timeout = {milliseconds}; "
-        self._bounded_transaction = False
-
-    def take(self, connection: BaseDatabaseWrapper) -> str:
-        """The prefix the next statement on ``connection`` needs (empty once the current
-        transaction is bounded)."""
-        in_transaction = connection.in_atomic_block
-        if in_transaction and self._bounded_transaction:
-            return ""
-        self._bounded_transaction = in_transaction
-        return self.prefix
-
-    def __call__(
-        self, execute: Any, sql: str, params: Any, many: bool, context: Mapping[str, Any]
-    ) -> Any:
-        prefix = self.take(context["connection"])
-        if not prefix:
-            return execute(sql, params, many, context)
-        raw = context["cursor"].cursor
-        if many:  # executemany cannot carry a prefix
-            if self._bounded_transaction:
-                raw.execute(prefix)
-            return execute(sql, params, many, context)
-        result = execute(prefix + sql, params, many, context)
-        raw.nextset()  # past the SET's result, to the statement's
-        return result
 
 
 _PARAMETER = re.compile(r"%\((\w+)\)s")

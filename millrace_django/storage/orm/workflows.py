@@ -239,7 +239,7 @@ class OrmWorkflows:
         enqueue: ResumeJobs | None = None,
     ) -> list[BookmarkRecord | None]:
         def consume() -> list[BookmarkRecord | None]:
-            taken = self._ctx.vendor.hot_path.take_bookmarks(self._ctx, wanted)
+            taken = self._ctx.hot_path.take_bookmarks(self._ctx, wanted)
             if taken is None:
                 taken = self._take_bookmarks(wanted)
             found, instances = taken
