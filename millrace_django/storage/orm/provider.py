@@ -53,7 +53,7 @@ from millrace_django.storage.orm.jobs import OrmJobs
 from millrace_django.storage.orm.limits import forget_idle_limits, limit_usage
 from millrace_django.storage.orm.monitoring import OrmMonitoring
 from millrace_django.storage.orm.notify import DEFAULT_CHANNEL, PostgresWakeups
-from millrace_django.storage.orm.postgresql import PostgresHotPath
+from millrace_django.storage.orm.postgresql.hotpath import PostgresHotPath
 from millrace_django.storage.orm.transactions import (
     DEFAULT_ATTEMPTS,
     DEFAULT_STATEMENT_TIMEOUT,
