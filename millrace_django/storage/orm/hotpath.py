@@ -26,6 +26,7 @@ from millrace_django.models import Job
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, queries, tallies
 from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.continuations import activate_continuations
 from millrace_django.storage.orm.limits import pick_limited
 from millrace_django.storage.orm.rows import job_record
 from millrace_django.storage.orm.workflows import checkpoint_many
@@ -116,17 +117,6 @@ class OrmHotPath:
             if parents:
                 activate_continuations(ctx, parents)
         return [t.job_id in matched for t in transitions]
-
-
-def activate_continuations(ctx: OrmContext, parents: Sequence[UUID]) -> None:
-    """Enqueue the ``awaiting`` continuations of ``parents`` and note their queues for
-    the wake-up hint (a second statement only when there are some)."""
-    woken = list(queries.awaiting_children(ctx.jobs(), parents))
-    if woken:
-        ctx.jobs().filter(seq__in=[seq for seq, _ in woken]).update(
-            state=Code.ENQUEUED, due_at=None
-        )
-        ctx.tx.enqueued(queue for _, queue in woken)
 
 
 def claim_limited(ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:

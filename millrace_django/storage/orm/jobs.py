@@ -35,6 +35,7 @@ from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries, steps, tags, tallies
 from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.continuations import cancel_awaiting_closure
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
     arguments_json,
@@ -45,7 +46,6 @@ from millrace_django.storage.orm.rows import (
 from millrace_django.storage.orm.transactions import InsertConflict
 from millrace_django.storage.orm.transitions import (
     apply_transition,
-    cancel_awaiting_closure,
     is_plain_success,
 )
 
