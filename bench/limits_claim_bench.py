@@ -57,7 +57,7 @@ def run() -> None:
     from millrace_django.clock import FakeClock, SystemClock
     from millrace_django.conformance.support import make_job
     from millrace_django.storage.orm import DjangoStorage
-    from millrace_django.storage.orm.postgresql import _CLAIM_ONE_QUEUE
+    from millrace_django.storage.orm.postgresql.statements import CLAIM_ONE_QUEUE
 
     call_command("migrate", database=ALIAS, verbosity=0)
     connection = connections[ALIAS]
@@ -74,7 +74,7 @@ def run() -> None:
         "worker": "bench",
         "until": now + timedelta(minutes=5),
     }
-    current = _CLAIM_ONE_QUEUE.sql
+    current = CLAIM_ONE_QUEUE.sql
     plain, _, _ = current.partition("), waiting AS (")
     lane_only = plain + ")\nSELECT * FROM leased ORDER BY priority DESC, seq\n"
     before = lane_only.replace(" AND NOT limited", "").replace("\n      AND NOT limited", "")

@@ -14,7 +14,7 @@ import pytest
 
 from millrace_django.clock import FakeClock
 from millrace_django.conformance import JobStorageFacts, StorageHarness
-from millrace_django.storage.orm.vendors import PostgreSQL
+from millrace_django.storage.orm.vendors.postgresql import PostgreSQL
 from tests.conformance.django_harness import (
     DjangoHarness,
     DjangoStoreUnderTest,

@@ -34,7 +34,7 @@ from millrace_django.conformance.support import make_job, make_recurring, succee
 from millrace_django.contract import ClaimRequest, Invocation, JobRecord, JobState
 from millrace_django.ids import new_id
 from millrace_django.storage.orm import DjangoStorage
-from millrace_django.storage.orm.postgresql import _session
+from millrace_django.storage.orm.postgresql.session import session_of
 from tests.conformance.django_harness import require_alias
 from tests.integration.notifications import store_on
 from tests.reliability.faults import CompletionBlocker, TableLock
@@ -275,7 +275,7 @@ def test_a_session_that_lost_or_kept_its_prepared_statements_is_replayed(
         with connection.cursor() as cursor:
             cursor.execute("DEALLOCATE ALL")
     else:
-        _session(connection).prepared.clear()
+        session_of(connection).prepared.clear()
     exercise(storage, clock, "again")
 
 
@@ -290,7 +290,7 @@ def test_a_message_that_failed_before_all_its_prepares_ran_leaves_later_calls_wo
     connection = connections[ALIAS]
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
-    _session(connection).prepared.clear()
+    session_of(connection).prepared.clear()
     parent = make_job(clock)
     storage.enqueue([parent])
     child = make_job(clock, state=JobState.AWAITING, parent_id=parent.id)

@@ -47,14 +47,12 @@ from millrace_django.errors import DuplicateJobId
 from millrace_django.ids import new_id
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
-from millrace_django.storage.orm.postgresql import (
-    _COMPLETE,
-    _PROBE_BY_INDEX,
-    COPY_AT_LEAST,
-    complete_parameters,
-)
+from millrace_django.storage.orm.postgresql.hotpath import COPY_AT_LEAST
+from millrace_django.storage.orm.postgresql.parameters import complete_parameters
+from millrace_django.storage.orm.postgresql.statements import COMPLETE, PROBE_BY_INDEX
 from millrace_django.storage.orm.transactions import Transactions
-from millrace_django.storage.orm.vendors import PostgreSQL, vendor_for
+from millrace_django.storage.orm.vendors import vendor_for
+from millrace_django.storage.orm.vendors.postgresql import PostgreSQL
 from tests.conformance.django_harness import DjangoStoreUnderTest, require_alias
 from tests.integration.notifications import HINT_SECONDS, store_on
 from tests.integration.wire import wire_messages
@@ -400,7 +398,7 @@ def test_an_acknowledgement_reads_each_row_once_however_thin_the_statistics(
     storage.enqueue([make_job(clock, queue="thin") for _ in range(300)])
     in_flight = claim(store, "w1", queues=["thin"], max_count=250)
     batch = [succeed(job, clock) for job in in_flight[:50]]
-    statement = _COMPLETE
+    statement = COMPLETE
     connection = connections[ALIAS]
     with transaction.atomic(using=ALIAS), connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
@@ -465,7 +463,7 @@ def _explained_acknowledgement(
         if before:
             cursor.execute(before)
         cursor.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + _COMPLETE.sql,
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + COMPLETE.sql,
             complete_parameters(batch, clock.now()),
         )
         (plan,) = cursor.fetchone()
@@ -492,7 +490,7 @@ def test_a_large_acknowledgement_probes_its_rows_however_small_the_table_looks(
     batch = [succeed(job, clock) for job in in_flight[:600]]
 
     unguided = _explained_acknowledgement(batch, clock, "")
-    probed = _explained_acknowledgement(batch, clock, _PROBE_BY_INDEX)
+    probed = _explained_acknowledgement(batch, clock, PROBE_BY_INDEX)
 
     assert "Seq Scan" in _scans_of_jobs(unguided), "the planner no longer needs telling"
     assert _scans_of_jobs(probed) == ["Index Scan"], json.dumps(probed, indent=1)
@@ -549,7 +547,7 @@ def test_claim_acknowledge_and_enqueue_are_one_round_trip_each(
 
     assert len(sent) == 3, sent
     assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
-    assert _PROBE_BY_INDEX in sent[2], "the acknowledgement is sent with the planner told to probe"
+    assert PROBE_BY_INDEX in sent[2], "the acknowledgement is sent with the planner told to probe"
 
 
 def claim_request(worker: str, queues: list[str], count: int) -> ClaimRequest:

@@ -18,7 +18,9 @@ from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage, configuration_problems
 from millrace_django.storage.orm.rows import job_row
 from millrace_django.storage.orm.transactions import InsertConflict, Transactions
-from millrace_django.storage.orm.vendors import MariaDB, SQLite, Vendor, vendor_for
+from millrace_django.storage.orm.vendors import Vendor, vendor_for
+from millrace_django.storage.orm.vendors.mysql import MariaDB
+from millrace_django.storage.orm.vendors.sqlite import SQLite
 
 ALIASES = [alias for alias in ("default", "postgres", "mariadb") if alias in settings.DATABASES]
 pytestmark = pytest.mark.django_db(transaction=True, databases=ALIASES)

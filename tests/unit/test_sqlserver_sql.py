@@ -32,7 +32,8 @@ from millrace_django.models import Bookmark, Job, Recurring, Tally, WorkflowInst
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import catalog, queries
 from millrace_django.storage.orm.transitions import moved
-from millrace_django.storage.orm.vendors import SQLServer, Vendor, vendor_for
+from millrace_django.storage.orm.vendors import Vendor, vendor_for
+from millrace_django.storage.orm.vendors.sqlserver import SQLServer
 
 try:
     import mssql.base as mssql_base

@@ -1,15 +1,27 @@
 """What every part of the ORM provider shares: the alias, the clock, the vendor's
-strategy and the transaction runner."""
+strategy, the hot path and the transaction runner (and the hot path's seam, with the
+chains of workflow steps it checkpoints)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+from uuid import UUID
 
 from django.db import connections
 from django.db.models import QuerySet
 
 from millrace_django.clock import Clock
+from millrace_django.contract import (
+    BookmarkRecord,
+    ClaimRequest,
+    JobRecord,
+    JobTransition,
+    WorkflowCheckpoint,
+    WorkflowInstanceRecord,
+)
 from millrace_django.dbschema import tracks_key_scope
 from millrace_django.models import (
     Bookmark,
@@ -30,6 +42,74 @@ if TYPE_CHECKING:
     from millrace_django.storage.orm.vendors import Vendor
 
 
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The steps of one instance acknowledged together, in order, each expecting the
+    revision the one before it leaves (siblings the worker re-planned one onto another):
+    written at once if every one's fence holds, as the last one's checkpoint moving the
+    revision on by as many steps, which is what applying them one by one would store."""
+
+    steps: tuple[JobTransition, ...]
+
+    @property
+    def checkpoint(self) -> WorkflowCheckpoint:
+        last, first = self.steps[-1].checkpoint, self.steps[0].checkpoint
+        assert last is not None and first is not None
+        return WorkflowCheckpoint(instance=last.instance, expected_revision=first.expected_revision)
+
+
+class HotPath(Protocol):
+    """The claim, acknowledgement and insert statements: the ORM's
+    (:class:`~.hotpath.OrmHotPath`) or a database's own, hand-written
+    (:mod:`millrace_django.storage.orm.postgresql`); internal to the ORM provider, not an
+    extension point.
+
+    Where a method sends exactly one statement (which announces whatever it makes
+    claimable itself), the ``..._is_one_statement`` predicates say so, and the call may
+    run that statement alone in autocommit (see ``Transactions.write``)."""
+
+    claim_is_one_statement: bool
+
+    def complete_is_one_statement(
+        self, ctx: OrmContext, transitions: Sequence[JobTransition]
+    ) -> bool: ...
+
+    def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool: ...
+
+    def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
+        """Lease up to ``request.max_count`` claimable jobs (see ``JobStorage.claim``)."""
+        ...
+
+    def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
+        """Insert ``jobs``, well-formed and none of them ``awaiting``, with enqueue
+        semantics (see :func:`~millrace_django.storage.orm.inserts.insert_jobs`) and
+        announce the enqueued ones; ``None`` when there is no such statement here (the
+        portable path then runs)."""
+        ...
+
+    def checkpoint(self, ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
+        """Lock the jobs of ``chains`` (workflow successes of distinct jobs, one chain
+        per instance) whose fence holds, and set the checkpoint of each chain whose
+        fences all hold and whose instance is unfinished and at its expected revision.
+        Per step, chain after chain: ``True`` (fenced, checkpoint set), ``None``
+        (fenced, nothing set) or ``False`` (fence lost)."""
+        ...
+
+    def take_bookmarks(
+        self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
+    ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:
+        """Delete and return the bookmarks ``wanted`` takes (for each key, its oldest
+        unlocked ones, as many as the key is named) with their instances, in one
+        statement; ``None`` when there is no such statement here (the portable path
+        then runs)."""
+        ...
+
+    def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
+        """Apply plain ``succeeded`` transitions of distinct jobs (no inserts, checkpoint,
+        bookmarks, error or cancel cascade) set-based, each fenced on its own."""
+        ...
+
+
 class OrmContext:
     """One storage's view of its database. Internal to the ORM provider: every module
     of it takes one, nothing outside it should."""
@@ -39,6 +119,7 @@ class OrmContext:
         alias: str,
         clock: Clock,
         vendor: Vendor,
+        hot_path: HotPath,
         tx: Transactions,
         *,
         notify_channel: str | None = None,
@@ -46,6 +127,7 @@ class OrmContext:
         self.alias = alias
         self.clock = clock
         self.vendor = vendor
+        self.hot_path = hot_path
         self.tx = tx
         self.notify_channel = notify_channel
         """The PostgreSQL ``NOTIFY`` channel of wake-up hints, for statements that

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
 from uuid import UUID
 
 from django.db.models import F
@@ -26,61 +25,11 @@ from millrace_django.contract import (
 from millrace_django.models import Job
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, queries, tallies
-from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.continuations import activate_continuations
 from millrace_django.storage.orm.limits import pick_limited
 from millrace_django.storage.orm.rows import job_record
-from millrace_django.storage.orm.steps import Chain
 from millrace_django.storage.orm.workflows import checkpoint_many
-
-
-class HotPath(Protocol):
-    """The claim, acknowledgement and insert statements a :class:`.vendors.Vendor` runs;
-    internal to the ORM provider, not an extension point.
-
-    Where a method sends exactly one statement (which announces whatever it makes
-    claimable itself), the ``..._is_one_statement`` predicates say so, and the call may
-    run that statement alone in autocommit (see ``Transactions.write``)."""
-
-    claim_is_one_statement: bool
-
-    def complete_is_one_statement(
-        self, ctx: OrmContext, transitions: Sequence[JobTransition]
-    ) -> bool: ...
-
-    def insert_is_one_statement(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> bool: ...
-
-    def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
-        """Lease up to ``request.max_count`` claimable jobs (see ``JobStorage.claim``)."""
-        ...
-
-    def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
-        """Insert ``jobs``, well-formed and none of them ``awaiting``, with enqueue
-        semantics (see :func:`~millrace_django.storage.orm.inserts.insert_jobs`) and
-        announce the enqueued ones; ``None`` when there is no such statement here (the
-        portable path then runs)."""
-        ...
-
-    def checkpoint(self, ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
-        """Lock the jobs of ``chains`` (workflow successes of distinct jobs, one chain
-        per instance) whose fence holds, and set the checkpoint of each chain whose
-        fences all hold and whose instance is unfinished and at its expected revision.
-        Per step, chain after chain: ``True`` (fenced, checkpoint set), ``None``
-        (fenced, nothing set) or ``False`` (fence lost)."""
-        ...
-
-    def take_bookmarks(
-        self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
-    ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:
-        """Delete and return the bookmarks ``wanted`` takes (for each key, its oldest
-        unlocked ones, as many as the key is named) with their instances, in one
-        statement; ``None`` when there is no such statement here (the portable path
-        then runs)."""
-        ...
-
-    def complete(self, ctx: OrmContext, transitions: Sequence[JobTransition]) -> list[bool]:
-        """Apply plain ``succeeded`` transitions of distinct jobs (no inserts, checkpoint,
-        bookmarks, error or cancel cascade) set-based, each fenced on its own."""
-        ...
 
 
 class OrmHotPath:
@@ -168,17 +117,6 @@ class OrmHotPath:
             if parents:
                 activate_continuations(ctx, parents)
         return [t.job_id in matched for t in transitions]
-
-
-def activate_continuations(ctx: OrmContext, parents: Sequence[UUID]) -> None:
-    """Enqueue the ``awaiting`` continuations of ``parents`` and note their queues for
-    the wake-up hint (a second statement only when there are some)."""
-    woken = list(queries.awaiting_children(ctx.jobs(), parents))
-    if woken:
-        ctx.jobs().filter(seq__in=[seq for seq, _ in woken]).update(
-            state=Code.ENQUEUED, due_at=None
-        )
-        ctx.tx.enqueued(queue for _, queue in woken)
 
 
 def claim_limited(ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:

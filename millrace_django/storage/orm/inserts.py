@@ -61,7 +61,7 @@ def insert_jobs(ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID]:
         return []
     _refuse_malformed(jobs)
     if not any(job.state is JobState.AWAITING or job.tags for job in jobs):
-        ids = ctx.vendor.hot_path.insert(ctx, jobs)
+        ids = ctx.hot_path.insert(ctx, jobs)
         if ids is not None:
             return ids
     holders = _look_up_ids_and_holders(ctx, jobs)

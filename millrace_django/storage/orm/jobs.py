@@ -34,7 +34,8 @@ from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries, steps, tags, tallies
-from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.continuations import cancel_awaiting_closure
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
     arguments_json,
@@ -45,7 +46,6 @@ from millrace_django.storage.orm.rows import (
 from millrace_django.storage.orm.transactions import InsertConflict
 from millrace_django.storage.orm.transitions import (
     apply_transition,
-    cancel_awaiting_closure,
     is_plain_success,
 )
 
@@ -69,7 +69,7 @@ class OrmJobs:
         if not jobs:
             return []
         awaiting = any(job.state is JobState.AWAITING for job in jobs)
-        hot_path = self._ctx.vendor.hot_path
+        hot_path = self._ctx.hot_path
         return self._ctx.tx.write(
             lambda: insert_jobs(self._ctx, jobs),
             one_statement=not awaiting and hot_path.insert_is_one_statement(self._ctx, jobs),
@@ -80,7 +80,7 @@ class OrmJobs:
     def claim(self, request: ClaimRequest) -> list[JobRecord]:
         if request.max_count <= 0 or not request.queues:
             return []
-        hot_path = self._ctx.vendor.hot_path
+        hot_path = self._ctx.hot_path
         return self._ctx.tx.write(
             lambda: hot_path.claim(self._ctx, request),
             one_statement=hot_path.claim_is_one_statement,
@@ -124,7 +124,7 @@ class OrmJobs:
         ]
         if batched:
             plain = [transitions[p] for p in batched]
-            hot_path = self._ctx.vendor.hot_path
+            hot_path = self._ctx.hot_path
             won = self._ctx.tx.write(
                 lambda: hot_path.complete(self._ctx, plain),
                 one_statement=hot_path.complete_is_one_statement(self._ctx, plain),
@@ -147,7 +147,7 @@ class OrmJobs:
         outcomes: dict[int, bool | StorageError] = {}
         chained = steps.chains(transitions, positions)
         if chained:
-            batch = [steps.Chain(tuple(transitions[p] for p in chain)) for chain in chained]
+            batch = [Chain(tuple(transitions[p] for p in chain)) for chain in chained]
             try:
                 results = self._ctx.tx.write(lambda: steps.apply_steps(self._ctx, batch))
             except StorageError:

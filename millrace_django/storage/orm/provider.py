@@ -47,17 +47,20 @@ from millrace_django.contract import (
 from millrace_django.errors import StorageError
 from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.catalog import catalog
-from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.context import HotPath, OrmContext
+from millrace_django.storage.orm.hotpath import OrmHotPath
 from millrace_django.storage.orm.jobs import OrmJobs
 from millrace_django.storage.orm.limits import forget_idle_limits, limit_usage
 from millrace_django.storage.orm.monitoring import OrmMonitoring
 from millrace_django.storage.orm.notify import DEFAULT_CHANNEL, PostgresWakeups
+from millrace_django.storage.orm.postgresql.hotpath import PostgresHotPath
 from millrace_django.storage.orm.transactions import (
     DEFAULT_ATTEMPTS,
     DEFAULT_STATEMENT_TIMEOUT,
     Transactions,
 )
 from millrace_django.storage.orm.vendors import ConfigurationProblem, Vendor, vendor_for
+from millrace_django.storage.orm.vendors.postgresql import PostgreSQL
 from millrace_django.storage.orm.workflows import OrmWorkflows
 
 
@@ -75,6 +78,13 @@ def configuration_problems(alias: str) -> list[ConfigurationProblem]:
     connection = connections[alias]
     problems += vendor_for(connection).configuration_problems(connection.settings_dict)
     return [replace(p, message=f"database {alias!r}: {p.message}") for p in problems]
+
+
+def hot_path_for(vendor: Vendor) -> HotPath:
+    """PostgreSQL's hand-written statements on PostgreSQL, the ORM's elsewhere."""
+    if isinstance(vendor, PostgreSQL):
+        return PostgresHotPath(several_statements=vendor.client_binding, prepare=vendor.prepare)
+    return OrmHotPath()
 
 
 class DjangoStorage:
@@ -118,7 +128,9 @@ class DjangoStorage:
         )
         channel = self._wakeups.channel if isinstance(self._wakeups, PostgresWakeups) else None
         self._tx = tx
-        ctx = OrmContext(alias, self.clock, self.vendor, tx, notify_channel=channel)
+        ctx = OrmContext(
+            alias, self.clock, self.vendor, hot_path_for(self.vendor), tx, notify_channel=channel
+        )
         self._ctx = ctx
         self._jobs = OrmJobs(ctx)
         self._workflows = OrmWorkflows(ctx)

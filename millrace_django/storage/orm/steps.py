@@ -15,32 +15,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from uuid import UUID
 
 from django.db import IntegrityError
 
-from millrace_django.contract import JobState, JobTransition, WorkflowCheckpoint
+from millrace_django.contract import JobState, JobTransition
 from millrace_django.errors import StorageError
-from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.context import Chain, OrmContext
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import bookmark_row
-
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    """The steps of one instance acknowledged together, in order, each expecting the
-    revision the one before it leaves (siblings the worker re-planned one onto another):
-    written at once if every one's fence holds, as the last one's checkpoint moving the
-    revision on by as many steps, which is what applying them one by one would store."""
-
-    steps: tuple[JobTransition, ...]
-
-    @property
-    def checkpoint(self) -> WorkflowCheckpoint:
-        last, first = self.steps[-1].checkpoint, self.steps[0].checkpoint
-        assert last is not None and first is not None
-        return WorkflowCheckpoint(instance=last.instance, expected_revision=first.expected_revision)
 
 
 def chains(transitions: Sequence[JobTransition], positions: Sequence[int]) -> list[list[int]]:
@@ -77,11 +60,11 @@ def apply_steps(ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:
     left to :func:`~millrace_django.storage.orm.transitions.apply_transition` (its
     instance moved on, or a fence in its chain was lost). Whatever raises rolls back all
     of them (the caller then applies them one by one)."""
-    answers = ctx.vendor.hot_path.checkpoint(ctx, chains)
+    answers = ctx.hot_path.checkpoint(ctx, chains)
     steps = [t for chain in chains for t in chain.steps]
     won = [t for t, answer in zip(steps, answers, strict=True) if answer]
     if won:
-        if not all(ctx.vendor.hot_path.complete(ctx, won)):
+        if not all(ctx.hot_path.complete(ctx, won)):
             raise StorageError("a fence locked in this transaction no longer held")
         bookmarks = [bookmark_row(b) for t in won for b in t.bookmarks]
         if bookmarks:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 from django.db import IntegrityError
 
@@ -18,10 +17,12 @@ from millrace_django.contract import (
 )
 from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATE_CODES
-from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, queries, tallies, workflows
 from millrace_django.storage.orm.context import OrmContext
-from millrace_django.storage.orm.hotpath import activate_continuations
+from millrace_django.storage.orm.continuations import (
+    activate_continuations,
+    cancel_awaiting_closure,
+)
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import bookmark_row
 
@@ -104,24 +105,3 @@ def moved(t: JobTransition, now: datetime) -> dict[str, Any]:
         fields["result"] = t.result if t.target is JobState.SUCCEEDED else None
         fields["key_scope"] = None
     return fields
-
-
-def cancel_awaiting_closure(ctx: OrmContext, parent_id: UUID, now: datetime) -> None:
-    """Cancel every ``awaiting`` descendant reachable through ``awaiting`` children; an
-    activated child shields its own subtree."""
-    frontier = [parent_id]
-    while frontier:
-        children = list(
-            ctx.jobs()
-            .select_for_update()
-            .filter(parent_id__in=frontier, state=Code.AWAITING)
-            .values_list("uuid", "queue", "target", "tenant_id")
-        )
-        frontier = [uuid for uuid, *_ in children]
-        if children:
-            ctx.jobs().filter(uuid__in=frontier).update(
-                state=Code.CANCELLED, finished_at=now, key_scope=None
-            )
-            ctx.tx.tally(
-                tallies.jobs_ended((Code.CANCELLED, *group, now) for _, *group in children)
-            )

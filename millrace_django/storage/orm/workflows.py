@@ -27,6 +27,7 @@ from millrace_django.models import INSTANCE_STATE_CODES, WorkflowInstance, job_c
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries, tallies
 from millrace_django.storage.orm.context import OrmContext
+from millrace_django.storage.orm.continuations import cancel_awaiting_closure
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
     bookmark_record,
@@ -239,7 +240,7 @@ class OrmWorkflows:
         enqueue: ResumeJobs | None = None,
     ) -> list[BookmarkRecord | None]:
         def consume() -> list[BookmarkRecord | None]:
-            taken = self._ctx.vendor.hot_path.take_bookmarks(self._ctx, wanted)
+            taken = self._ctx.hot_path.take_bookmarks(self._ctx, wanted)
             if taken is None:
                 taken = self._take_bookmarks(wanted)
             found, instances = taken
@@ -309,9 +310,6 @@ class OrmWorkflows:
             if running:
                 self._ctx.jobs().filter(uuid__in=running).update(cancel_requested=True)
             if waiting:
-                # transitions imports this module, so import it here
-                from millrace_django.storage.orm.transitions import cancel_awaiting_closure
-
                 self._ctx.jobs().filter(uuid__in=list(waiting)).update(
                     state=Code.CANCELLED, finished_at=now, key_scope=None
                 )
