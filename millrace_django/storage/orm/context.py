@@ -47,7 +47,8 @@ class Chain:
     """The steps of one instance acknowledged together, in order, each expecting the
     revision the one before it leaves (siblings the worker re-planned one onto another):
     written at once if every one's fence holds, as the last one's checkpoint moving the
-    revision on by as many steps, which is what applying them one by one would store."""
+    revision on by as many steps, which is what applying them one by one would store
+    (:mod:`.steps` writes them; here beside :class:`HotPath`, which checkpoints them)."""
 
     steps: tuple[JobTransition, ...]
 
