@@ -49,7 +49,7 @@ from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.catalog import catalog
 from millrace_django.storage.orm.context import HotPath, OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath
-from millrace_django.storage.orm.jobs import OrmJobs
+from millrace_django.storage.orm.job_storage import OrmJobs
 from millrace_django.storage.orm.limits import forget_idle_limits, limit_usage
 from millrace_django.storage.orm.monitoring import OrmMonitoring
 from millrace_django.storage.orm.notify import DEFAULT_CHANNEL, PostgresWakeups
