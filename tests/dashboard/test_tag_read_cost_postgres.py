@@ -18,7 +18,13 @@ from millrace_django.contract import JobRecord, JobState
 from millrace_django.engine.invocation import Invocation
 from millrace_django.testing import JobRunner
 from tests.conformance.django_harness import server_marks
-from tests.dashboard.test_read_cost_postgres import API, as_history_grows, costs, run_to_success
+from tests.dashboard.test_read_cost_postgres import (
+    API,
+    SLACK,
+    as_history_grows,
+    costs,
+    run_to_success,
+)
 
 pytestmark = server_marks("postgres", "MILLRACE_TEST_POSTGRES_URL", with_default=True)
 
@@ -30,9 +36,12 @@ PATHS = [
     "jobs/?tag=invoices&state=enqueued&state=succeeded",
     f"{API}jobs?tag=invoices",
     f"{API}jobs?tag=invoices&state=succeeded&limit=5",
-    "catalog/?tag=invoices",
-    f"{API}catalog?tag=invoices",
 ]
+CATALOG_PATHS = ["catalog/?tag=invoices", f"{API}catalog?tag=invoices"]
+"""The tag's catalog shows its function's figures, all its jobs included: the finished
+jobs the test adds are that function's too, and its run-time rows (one per minute and
+bucket of the last hour, whatever the number of jobs) may grow by up to a page
+(``SLACK``) as those jobs finish in more minutes; never with the jobs themselves."""
 
 
 @pytest.fixture
@@ -61,8 +70,8 @@ def tagged_jobs(runner: JobRunner) -> None:
 
 
 def tag_costs(client: Client) -> dict[str, list[int]]:
-    measured = costs(client, PATHS)
-    return {path: [cost.rows_read for cost in measured[path]] for path in PATHS}
+    measured = costs(client, PATHS + CATALOG_PATHS)
+    return {path: [cost.rows_read for cost in measured[path]] for path in measured}
 
 
 def test_a_tag_filter_reads_no_more_rows_when_finished_untagged_jobs_pile_up(
@@ -74,7 +83,10 @@ def test_a_tag_filter_reads_no_more_rows_when_finished_untagged_jobs_pile_up(
     grown = {
         path: (few[path], rows)
         for path, rows in many.items()
-        if any(after > before for before, after in zip(few[path], rows, strict=True))
+        if any(
+            after > before + (SLACK if path in CATALOG_PATHS else 0)
+            for before, after in zip(few[path], rows, strict=True)
+        )
     }
     assert grown == {}
     for path, rows in many.items():
