@@ -35,7 +35,7 @@ from millrace_django.contract import (
     RetryKind,
     RetrySpec,
 )
-from millrace_django.engine.default_client import default_client
+from millrace_django.engine.client_slot import installed
 from millrace_django.engine.job_context import JobContext, SideEffects
 from millrace_django.engine.registry import job
 from millrace_django.engine.retry import Retry
@@ -190,7 +190,7 @@ def watch_batch(
 ) -> dict[str, JSON]:
     """Count the batch's finished jobs; enqueue the callback once all are terminal, or
     the next watcher otherwise (both ride this job's success)."""
-    storage = context.storage if context.storage is not None else default_client().storage
+    storage = context.storage if context.storage is not None else installed().storage
     counted = {name: int(counts.get(name, 0)) for name in COUNT_NAMES}
     pending: list[str] = []
     for job_id in job_ids:

@@ -28,8 +28,8 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 
 from millrace_django.contract import DuplicatePolicy, Rate, RetrySpec, tags_of
+from millrace_django.engine.client_slot import installed
 from millrace_django.engine.declared_limits import concurrency_of, rate_of
-from millrace_django.engine.default_client import default_client
 from millrace_django.engine.errors import InvalidJobDefinition
 from millrace_django.engine.expiry import Expiry, expiry_of
 from millrace_django.engine.retry import (
@@ -158,7 +158,7 @@ class _Submits:
         active job already holding ``idempotency_key`` in this tenant (``on_duplicate``
         says what else to do then). A job with a deadline (``expires``) that has not
         started by then ends without running."""
-        return default_client().enqueue(
+        return installed().enqueue(
             cast("JobLike", self),
             *args,
             idempotency_key=idempotency_key,
@@ -179,7 +179,7 @@ class _Submits:
     ) -> UUID:
         """Store a run after ``delay`` or at the aware datetime ``at`` (exactly one); a
         delay given as ``expires`` counts from then."""
-        return default_client().schedule(
+        return installed().schedule(
             cast("JobLike", self),
             *args,
             delay=delay,

@@ -30,7 +30,7 @@ from millrace_django.contract import (
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
-from millrace_django.engine.default_client import default_client
+from millrace_django.engine.client_slot import installed
 from millrace_django.engine.job_context import JobContext, SideEffects
 from millrace_django.engine.registry import job
 from millrace_django.engine.workflow import targets
@@ -283,7 +283,7 @@ def resume_job(
 
 
 def _environment(context: JobContext) -> tuple[WorkflowStore, Clock]:
-    storage = context.storage if context.storage is not None else default_client().storage
+    storage = context.storage if context.storage is not None else installed().storage
     return workflow_store(storage), context.clock
 
 
