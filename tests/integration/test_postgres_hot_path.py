@@ -49,7 +49,11 @@ from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
 from millrace_django.storage.orm.postgresql.hotpath import COPY_AT_LEAST
 from millrace_django.storage.orm.postgresql.parameters import complete_parameters
-from millrace_django.storage.orm.postgresql.statements import COMPLETE, PROBE_BY_INDEX
+from millrace_django.storage.orm.postgresql.statements import (
+    CLAIM_ONE_QUEUE,
+    COMPLETE,
+    PROBE_BY_INDEX,
+)
 from millrace_django.storage.orm.transactions import Transactions
 from millrace_django.storage.orm.vendors import vendor_for
 from millrace_django.storage.orm.vendors.postgresql import PostgreSQL
@@ -548,6 +552,28 @@ def test_claim_acknowledge_and_enqueue_are_one_round_trip_each(
     assert len(sent) == 3, sent
     assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
     assert PROBE_BY_INDEX in sent[2], "the acknowledgement is sent with the planner told to probe"
+
+
+def test_the_hot_statements_are_planned_once_per_session_not_per_call(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """Each claim and acknowledgement reuses its session's plan: planning the claim
+    anew every time cost more server time than running it."""
+    calls = 8
+    for _ in range(calls):
+        storage.enqueue([make_job(clock)])
+        (claimed,) = storage.claim(claim_request("w1", ["default"], 1))
+        assert storage.apply_many([succeed(claimed, clock)]) == [True]
+
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute(
+            "SELECT split_part(name, '_', 2), generic_plans, custom_plans "
+            "FROM pg_prepared_statements WHERE name IN ('{}')".format(
+                "', '".join([CLAIM_ONE_QUEUE.name, COMPLETE.name])
+            )
+        )
+        plans = {purpose: (generic, custom) for purpose, generic, custom in cursor.fetchall()}
+    assert plans == {"claim": (calls, 0), "complete": (calls, 0)}, plans
 
 
 def claim_request(worker: str, queues: list[str], count: int) -> ClaimRequest:
