@@ -17,20 +17,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from millrace_django.storage.orm.vendors.postgresql import (
     LOST_PREPARED_STATEMENT,
-    StatementTimeout,
+    CallSettings,
 )
-
-GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
-"""Sent before the prepared statements of a message that is its own transaction.
-
-Left to choose, the server plans these statements afresh at every execution: their
-generic plan's estimate (a ``LIMIT`` or arrays of unknown size) never beats a custom
-plan's, so the plan a session prepared once is never reused, and planning the claim's
-CTEs cost more server time than running them (a drain of no-op jobs spent 33 µs of
-server CPU per job so, 20 µs with the generic plans). Each statement has one sane plan,
-index probes whatever its parameters, so the generic one is kept. A plan is made again
-when the table's statistics change (an analyze invalidates it). Inside an open
-transaction (a caller's: SET LOCAL would reach its later queries) the server chooses."""
 
 
 class Statement:
@@ -131,24 +119,24 @@ def _sent_directly(
     conversion by the driver, the execute-wrapper chain), so it is done only where nothing
     needs to see the statement: ``None`` (send it through Django's cursor) while Django
     logs queries, while an execute wrapper other than the storage call's
-    :class:`StatementTimeout` watches, where the server reads literals otherwise, or for
+    :class:`CallSettings` watches, where the server reads literals otherwise, or for
     text the driver refuses (a NUL character).
     """
     if connection.queries_logged:
         return None
-    timeout: StatementTimeout | None = None
+    settings: CallSettings | None = None
     for wrapper in connection.execute_wrappers:
-        if timeout is not None or not isinstance(wrapper, StatementTimeout):
+        if settings is not None or not isinstance(wrapper, CallSettings):
             return None
-        timeout = wrapper
+        settings = wrapper
     if session.raw.pgconn.parameter_status(b"standard_conforming_strings") != b"on":
         return None
     literals = {name: _literal(value) for name, value in params.items()}
     sql = "; ".join([_template(part).format_map(literals) for part in parts])
     if "\x00" in sql:
         return None
-    if timeout is not None:
-        sql = timeout.take(connection) + sql
+    if settings is not None:
+        sql = settings.take(connection) + sql
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
     cursor = session.cursor(connection)
@@ -231,8 +219,6 @@ class Driver:
         if session.unsure:
             session.reread(connection)
         parts = [before] if before else []
-        if not connection.in_atomic_block:
-            parts.append(GENERIC_PLANS)
         trailing = 0  # statements after ``statement``'s EXECUTE
         preparing = False
         for sent in statements:
