@@ -12,6 +12,7 @@ import random as _random
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 from millrace_django.contract import JSON, RetryKind, RetrySpec
@@ -190,13 +191,35 @@ def retry_json(retry: RetrySpec) -> dict[str, JSON]:
 
 
 def retry_of(stored: dict[str, Any]) -> RetrySpec:
-    """The policy :func:`retry_json` wrote."""
+    """The policy :func:`retry_json` wrote (one record per distinct policy: every
+    workflow step reads its instance's)."""
+    return _policy(
+        stored["kind"],
+        stored["max_attempts"],
+        stored["base_delay_us"],
+        stored["max_delay_us"],
+        stored["jitter"],
+        tuple(stored.get("retry_on", ())),
+        tuple(stored.get("give_up_on", ())),
+    )
+
+
+@lru_cache(maxsize=256)
+def _policy(
+    kind: str,
+    max_attempts: int,
+    base_delay_us: int,
+    max_delay_us: int,
+    jitter: bool,
+    retry_on: tuple[str, ...],
+    give_up_on: tuple[str, ...],
+) -> RetrySpec:
     return RetrySpec(
-        kind=RetryKind(stored["kind"]),
-        max_attempts=int(stored["max_attempts"]),
-        base_delay=timedelta(microseconds=int(stored["base_delay_us"])),
-        max_delay=timedelta(microseconds=int(stored["max_delay_us"])),
-        jitter=bool(stored["jitter"]),
-        retry_on=tuple(stored.get("retry_on", ())),
-        give_up_on=tuple(stored.get("give_up_on", ())),
+        kind=RetryKind(kind),
+        max_attempts=int(max_attempts),
+        base_delay=timedelta(microseconds=int(base_delay_us)),
+        max_delay=timedelta(microseconds=int(max_delay_us)),
+        jitter=bool(jitter),
+        retry_on=retry_on,
+        give_up_on=give_up_on,
     )

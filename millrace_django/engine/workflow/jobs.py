@@ -13,7 +13,6 @@ A job its instance no longer lists (cancelled, failed, finished, moved on) runs 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -45,7 +44,7 @@ from millrace_django.engine.workflow.instance_cursor import (
     Wait,
     cursor_of,
 )
-from millrace_django.engine.workflow.merge import merge
+from millrace_django.engine.workflow.merge import copied, merge
 from millrace_django.engine.workflow.plan import Plan, instance_job
 from millrace_django.engine.workflow.spec import ForEach, Recovery, Step
 from millrace_django.engine.workflow.store import WorkflowStore, workflow_store
@@ -81,7 +80,7 @@ def run_node(instance_id: str, node: str, context: JobContext) -> None:
         assert isinstance(spec, Step)
         compensating = entry.kind is JobKind.COMPENSATE
         activity = spec.compensate if compensating else spec.activity
-        after = copy.deepcopy(instance.data)
+        after = copied(instance.data)
         if not isinstance(after, dict):
             after = {}
         activity_context = ActivityContext(

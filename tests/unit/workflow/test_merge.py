@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from millrace_django.contract import JSON
 from millrace_django.engine.workflow import merge
-from millrace_django.engine.workflow.merge import same
+from millrace_django.engine.workflow.merge import copied, same
 
 
 def test_untouched_data_takes_the_stored_version() -> None:
@@ -62,3 +62,13 @@ def test_the_result_shares_nothing_with_the_inputs() -> None:
     assert isinstance(merged, dict) and isinstance(ours, dict)
     merged["n"]["deep"].append(2)  # type: ignore[index,union-attr]
     assert ours == {"n": {"deep": [1]}}
+
+
+def test_a_copy_shares_no_object_or_array_with_its_original() -> None:
+    original: JSON = {"a": [1, {"b": "x"}], "c": {"d": None, "e": [True, 2.5]}}
+    copy = copied(original)
+    assert copy == original
+    assert isinstance(copy, dict) and isinstance(original, dict)
+    copy["a"][1]["b"] = "changed"  # type: ignore[index]
+    copy["c"]["e"].append(3)  # type: ignore[index,union-attr]
+    assert original == {"a": [1, {"b": "x"}], "c": {"d": None, "e": [True, 2.5]}}
