@@ -31,7 +31,6 @@ from millrace_django.models import (
     Bookmark,
     Job,
     Recurring,
-    WorkflowInstance,
 )
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -347,18 +346,36 @@ def instance_fields(instance: WorkflowInstanceRecord, revision: int) -> dict[str
     }
 
 
-def instance_record(row: WorkflowInstance) -> WorkflowInstanceRecord:
+INSTANCE_COLUMNS = (
+    "id",
+    "definition_id",
+    "definition_version",
+    "state",
+    "data",
+    "cursor",
+    "revision",
+    "tenant_id",
+    "created_at",
+    "updated_at",
+)
+"""What :func:`instance_record` reads, in its order."""
+
+
+def instance_record(values: Sequence[Any]) -> WorkflowInstanceRecord:
+    """The instance read as :data:`INSTANCE_COLUMNS`: values, not a model, since the
+    worker reads the instances of a claimed batch's workflow steps with every claim."""
+    (id_, definition, version, state, data, cursor, revision, tenant, created, updated) = values
     return WorkflowInstanceRecord(
-        id=row.id,
-        definition_id=row.definition_id,
-        definition_version=row.definition_version,
-        state=INSTANCE_STATES[row.state],
-        data=row.data,
-        cursor=row.cursor,
-        revision=row.revision,
-        tenant_id=row.tenant_id,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        id=id_,
+        definition_id=definition,
+        definition_version=version,
+        state=INSTANCE_STATES[state],
+        data=data,
+        cursor=cursor,
+        revision=revision,
+        tenant_id=tenant,
+        created_at=created,
+        updated_at=updated,
     )
 
 

@@ -30,6 +30,7 @@ from millrace_django.storage.orm.context import OrmContext
 from millrace_django.storage.orm.continuations import cancel_awaiting_closure
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
+    INSTANCE_COLUMNS,
     bookmark_record,
     bookmark_row,
     instance_fields,
@@ -190,16 +191,22 @@ class OrmWorkflows:
             self._ctx.tx.write(create)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
-        row = self._ctx.tx.read(lambda: self._ctx.instances().filter(id=instance_id).first())
-        return instance_record(row) if row is not None else None
+        row = self._ctx.tx.read(
+            lambda: self._ctx.instances().filter(id=instance_id).values_list(*INSTANCE_COLUMNS)[:1]
+        )
+        return instance_record(row[0]) if row else None
 
     def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
         if not instance_ids:
             return {}
         rows = self._ctx.tx.read(
-            lambda: list(self._ctx.instances().filter(id__in=list(instance_ids)))
+            lambda: list(
+                self._ctx.instances()
+                .filter(id__in=list(instance_ids))
+                .values_list(*INSTANCE_COLUMNS)
+            )
         )
-        return {row.id: instance_record(row) for row in rows}
+        return {row[0]: instance_record(row) for row in rows}
 
     def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
         self._ctx.tx.write(lambda: checkpoint(self._ctx, instance, expected_revision))
