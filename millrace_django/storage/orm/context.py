@@ -96,6 +96,13 @@ class HotPath(Protocol):
         (fenced, nothing set) or ``False`` (fence lost)."""
         ...
 
+    def get_instances(
+        self, ctx: OrmContext, ids: Sequence[UUID]
+    ) -> dict[UUID, WorkflowInstanceRecord] | None:
+        """The instances of ``ids`` that exist, by id, in one statement; ``None`` when
+        there is no such statement here (the portable path then runs)."""
+        ...
+
     def take_bookmarks(
         self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
     ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:

@@ -79,6 +79,11 @@ class OrmHotPath:
             for t in chain.steps
         ]
 
+    def get_instances(
+        self, ctx: OrmContext, ids: Sequence[UUID]
+    ) -> dict[UUID, WorkflowInstanceRecord] | None:
+        return None
+
     def take_bookmarks(
         self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]
     ) -> tuple[list[BookmarkRecord], dict[UUID, WorkflowInstanceRecord]] | None:

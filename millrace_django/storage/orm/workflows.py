@@ -199,12 +199,12 @@ class OrmWorkflows:
     def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
         if not instance_ids:
             return {}
+        ids = list(instance_ids)
+        found = self._ctx.tx.read(lambda: self._ctx.hot_path.get_instances(self._ctx, ids))
+        if found is not None:
+            return found
         rows = self._ctx.tx.read(
-            lambda: list(
-                self._ctx.instances()
-                .filter(id__in=list(instance_ids))
-                .values_list(*INSTANCE_COLUMNS)
-            )
+            lambda: list(self._ctx.instances().filter(id__in=ids).values_list(*INSTANCE_COLUMNS))
         )
         return {row[0]: instance_record(row) for row in rows}
 

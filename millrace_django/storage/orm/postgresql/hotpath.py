@@ -48,6 +48,7 @@ from millrace_django.storage.orm.postgresql.statements import (
     CLAIMED,
     COMPLETE,
     COPY,
+    GET_INSTANCES,
     NOTIFY,
     PROBE_BY_INDEX,
     TAKE_BOOKMARKS,
@@ -88,7 +89,8 @@ def _copies(jobs: Sequence[JobRecord]) -> bool:
 
 
 def _instance_of(instance_id: UUID, columns: Sequence[Any]) -> WorkflowInstanceRecord:
-    """An instance from the columns :data:`TAKE_BOOKMARKS` reads (JSON as text)."""
+    """An instance from the columns :data:`TAKE_BOOKMARKS` and :data:`GET_INSTANCES`
+    read after its id (JSON as text)."""
     definition_id, version, state, data, cursor, revision, tenant, created, updated = columns
     return WorkflowInstanceRecord(
         id=instance_id,
@@ -226,6 +228,12 @@ class PostgresHotPath:
         if ended:
             ctx.tx.tally(ended)
         return answers
+
+    def get_instances(
+        self, ctx: OrmContext, ids: Sequence[UUID]
+    ) -> dict[UUID, WorkflowInstanceRecord] | None:
+        rows = self._driver.run(connections[ctx.alias], GET_INSTANCES, {"ids": uuid_array(ids)})
+        return {row[0]: _instance_of(row[0], row[1:]) for row in rows}
 
     def take_bookmarks(
         self, ctx: OrmContext, wanted: Sequence[tuple[str, str]]

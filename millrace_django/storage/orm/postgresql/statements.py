@@ -306,6 +306,17 @@ SELECT f.n, m.chain IS NOT NULL FROM fenced AS f LEFT JOIN moved AS m ON m.chain
     },
 )
 
+# The instances of a claimed batch's workflow steps, read by the worker with every claim
+# (see runtime.prefetch): one probe of the primary key each, JSON as text.
+GET_INSTANCES = Statement(
+    "get_instances",
+    f"""
+SELECT id, definition_id, definition_version, state, data, cursor, revision, tenant_id,
+       created_at, updated_at
+FROM {_INSTANCES} WHERE id = ANY(%(ids)s::uuid[])""",
+    {"ids": "uuid[]"},
+)
+
 # Signals (storage/orm/workflows.py): for each wanted key, its oldest bookmarks not locked
 # by a concurrent consumer, as many as the key is wanted, are locked, deleted and
 # returned with their instances, in one statement.
