@@ -577,17 +577,19 @@ def instance_job(
     """A job of ``instance``, on the queue, retry policy and limits its cursor keeps
     unless given."""
     queue = queue or cursor.queue
-    return JobRecord(
-        id=job_id,
-        queue=queue,
-        limits=cursor.limits.get(queue, ()),
-        invocation=Invocation(target=target, args=args),
-        state=JobState.SCHEDULED if due is not None else JobState.ENQUEUED,
-        created_at=now,
-        due_at=due,
-        retry=retry or cursor.retry,
-        timeout=timeout,
-        tenant_id=instance.tenant_id,
-        workflow_instance_id=instance.id,
-        activity_node_id=node,
+    return JobRecord.from_values(  # every workflow step: the quick way
+        {
+            "id": job_id,
+            "queue": queue,
+            "limits": cursor.limits.get(queue, ()),
+            "invocation": Invocation(target=target, args=args),
+            "state": JobState.SCHEDULED if due is not None else JobState.ENQUEUED,
+            "created_at": now,
+            "due_at": due,
+            "retry": retry or cursor.retry,
+            "timeout": timeout,
+            "tenant_id": instance.tenant_id,
+            "workflow_instance_id": instance.id,
+            "activity_node_id": node,
+        }
     )

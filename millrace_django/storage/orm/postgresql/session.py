@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+import psycopg
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg.pq import Format
 
 from millrace_django.storage.orm.vendors.postgresql import (
     LOST_PREPARED_STATEMENT,
@@ -36,6 +38,12 @@ class Statement:
         self.prepare = f"PREPARE {self.name} ({types}) AS {body}"
         arguments = ", ".join(f"%({parameter})s" for parameter in parameters)
         self.execute = f"EXECUTE {self.name} ({arguments})"
+
+
+_DRIVER_TIMESTAMPTZ = psycopg.adapters.get_loader(
+    psycopg.adapters.types["timestamptz"].oid, Format.TEXT
+)
+"""The driver's own ``timestamptz`` loader (C where psycopg's binary build is in)."""
 
 
 class Session:
@@ -63,9 +71,17 @@ class Session:
 
     def cursor(self, connection: BaseDatabaseWrapper) -> Any:
         """The session's driver cursor, made once as Django makes its own (with the time
-        zone of the timestamps it reads): not one cursor, and adapters map, per call."""
+        zone of the timestamps it reads): not one cursor, and adapters map, per call.
+
+        Django reads each ``timestamptz`` through a Python loader that sets the
+        connection's time zone on the driver's result. In UTC, what Django sets by
+        default, the driver's own loader already answers in UTC, at two fifths of the
+        cost (a claim reads a few timestamps per job), so the cursor takes that."""
         if self._cursor is None:
-            self._cursor = connection.create_cursor()
+            cursor = connection.create_cursor()
+            if connection.timezone is UTC and self.raw.info.timezone is UTC:
+                cursor.adapters.register_loader("timestamptz", _DRIVER_TIMESTAMPTZ)
+            self._cursor = cursor
         return self._cursor
 
 
