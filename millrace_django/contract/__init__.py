@@ -91,6 +91,7 @@ from millrace_django.contract.records import (
     WorkflowInstanceRecord,
     expired_reason,
 )
+from millrace_django.contract.retry_json import retry_json, retry_of
 from millrace_django.contract.states import (
     ACTIVE_JOB_STATES,
     ALLOWED_JOB_TRANSITIONS,
@@ -204,6 +205,8 @@ __all__ = [
     "oldest_kept_attempt",
     "outcome_of",
     "queue_scope",
+    "retry_json",
+    "retry_of",
     "run_time_bucket",
     "running_by_scope",
     "tag_of",

@@ -12,10 +12,8 @@ import random as _random
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from datetime import timedelta
-from functools import lru_cache
-from typing import Any
 
-from millrace_django.contract import JSON, RetryKind, RetrySpec
+from millrace_django.contract import RetryKind, RetrySpec
 from millrace_django.engine.errors import InvalidRetry
 
 _MAX_EXPONENT = 62
@@ -171,55 +169,3 @@ def next_delay(
         half = delay / 2
         delay = half + (delay - half) * random()
     return delay
-
-
-def retry_json(retry: RetrySpec) -> dict[str, JSON]:
-    """A policy as JSON (delays in whole microseconds, so it reads back exactly; the
-    filters only when set)."""
-    stored: dict[str, JSON] = {
-        "kind": retry.kind.value,
-        "max_attempts": retry.max_attempts,
-        "base_delay_us": retry.base_delay // timedelta(microseconds=1),
-        "max_delay_us": retry.max_delay // timedelta(microseconds=1),
-        "jitter": retry.jitter,
-    }
-    if retry.retry_on:
-        stored["retry_on"] = list(retry.retry_on)
-    if retry.give_up_on:
-        stored["give_up_on"] = list(retry.give_up_on)
-    return stored
-
-
-def retry_of(stored: dict[str, Any]) -> RetrySpec:
-    """The policy :func:`retry_json` wrote (one record per distinct policy: every
-    workflow step reads its instance's)."""
-    return _policy(
-        stored["kind"],
-        stored["max_attempts"],
-        stored["base_delay_us"],
-        stored["max_delay_us"],
-        stored["jitter"],
-        tuple(stored.get("retry_on", ())),
-        tuple(stored.get("give_up_on", ())),
-    )
-
-
-@lru_cache(maxsize=256)
-def _policy(
-    kind: str,
-    max_attempts: int,
-    base_delay_us: int,
-    max_delay_us: int,
-    jitter: bool,
-    retry_on: tuple[str, ...],
-    give_up_on: tuple[str, ...],
-) -> RetrySpec:
-    return RetrySpec(
-        kind=RetryKind(kind),
-        max_attempts=int(max_attempts),
-        base_delay=timedelta(microseconds=int(base_delay_us)),
-        max_delay=timedelta(microseconds=int(max_delay_us)),
-        jitter=bool(jitter),
-        retry_on=retry_on,
-        give_up_on=give_up_on,
-    )

@@ -16,8 +16,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from millrace_django.contract import JSON
-from millrace_django.engine.retry import class_name, retry_json, retry_of
+from millrace_django.contract import JSON, retry_json, retry_of
+from millrace_django.engine.retry import class_name
 
 FILTERS = ("retry_on", "give_up_on")
 

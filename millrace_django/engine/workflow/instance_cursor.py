@@ -33,8 +33,9 @@ from millrace_django.contract import (
     WorkflowInstanceRecord,
     limits_json,
     limits_of,
+    retry_json,
+    retry_of,
 )
-from millrace_django.engine.retry import retry_json, retry_of
 from millrace_django.engine.workflow.spec import Nested
 
 type Stored = Mapping[str, Any]

@@ -73,7 +73,7 @@ from millrace_django.storage.orm.queries import (
     newest_first,
     tenant_q,
 )
-from millrace_django.storage.orm.rows import invocation_of, retry_of
+from millrace_django.storage.orm.rows import invocation_of, row_retry
 
 if TYPE_CHECKING:
     from millrace_django.storage.orm.vendors import Vendor
@@ -387,7 +387,7 @@ class OrmMonitoring:
         return JobDetails(
             summary=summarize_job(row),
             invocation=invocation_of(row.target, row.arguments),
-            retry=retry_of(row.retry),
+            retry=row_retry(row.retry),
             timeout=row.timeout,
             idempotency_key=row.idempotency_key,
             parent_id=row.parent_id,

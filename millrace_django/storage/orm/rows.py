@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -17,11 +16,12 @@ from millrace_django.contract import (
     Limit,
     OverlapPolicy,
     RecurringRecord,
-    RetryKind,
     RetrySpec,
     WorkflowInstanceRecord,
     limits_json,
     limits_of,
+    retry_json,
+    retry_of,
 )
 from millrace_django.models import (
     INSTANCE_STATE_CODES,
@@ -33,7 +33,6 @@ from millrace_django.models import (
     Recurring,
 )
 
-_MICROSECOND = timedelta(microseconds=1)
 _JOB_FIELDS = [f.attname for f in Job._meta.concrete_fields]
 
 
@@ -79,65 +78,17 @@ def invocation_of(target: str, arguments: Any) -> Invocation:
     return Invocation(target=target, args=args, kwargs=kwargs)
 
 
-def retry_json(retry: RetrySpec) -> dict[str, Any]:
-    """A retry policy as stored (its exception filters only when set, so most jobs'
-    policies stay a few shared texts)."""
-    stored: dict[str, Any] = {
-        "kind": retry.kind.value,
-        "max_attempts": retry.max_attempts,
-        "base_delay_us": retry.base_delay // _MICROSECOND,
-        "max_delay_us": retry.max_delay // _MICROSECOND,
-        "jitter": retry.jitter,
-    }
-    if retry.retry_on:
-        stored["retry_on"] = list(retry.retry_on)
-    if retry.give_up_on:
-        stored["give_up_on"] = list(retry.give_up_on)
-    return stored
-
-
-def retry_of(stored: Any) -> RetrySpec:
+def row_retry(stored: Any) -> RetrySpec:
     """The retry policy a row stores. A policy of another shape (a hand-edited row) reads
     as "no retries": raising here would fail the whole claim after it committed, every
     time, so the batch it leased would never run; the job itself can still run once."""
     try:
-        return _retry_spec(
-            stored["kind"],
-            stored["max_attempts"],
-            stored["base_delay_us"],
-            stored["max_delay_us"],
-            stored["jitter"],
-            tuple(stored.get("retry_on", ())),
-            tuple(stored.get("give_up_on", ())),
-        )
+        return retry_of(stored)
     except (KeyError, TypeError, ValueError):
         return UNREADABLE_RETRY
 
 
 UNREADABLE_RETRY = RetrySpec()
-
-
-@lru_cache(maxsize=256, typed=True)
-def _retry_spec(
-    kind: str,
-    max_attempts: int,
-    base_delay_us: int,
-    max_delay_us: int,
-    jitter: bool,
-    retry_on: tuple[str, ...],
-    give_up_on: tuple[str, ...],
-) -> RetrySpec:
-    """One (immutable) policy per distinct stored value: every claimed job has one, and
-    most jobs share a few."""
-    return RetrySpec(
-        kind=RetryKind(kind),
-        max_attempts=max_attempts,
-        base_delay=base_delay_us * _MICROSECOND,
-        max_delay=max_delay_us * _MICROSECOND,
-        jitter=jitter,
-        retry_on=retry_on,
-        give_up_on=give_up_on,
-    )
 
 
 def job_values(job: JobRecord, *, track_scope: bool) -> dict[str, Any]:
@@ -220,7 +171,7 @@ def job_record_of(values: Mapping[str, Any], **changes: Any) -> JobRecord:
         id=values["uuid"],
         invocation=invocation_of(values["target"], values["arguments"]),
         state=JOB_STATES[values["state"]],
-        retry=retry_of(values["retry"]),
+        retry=row_retry(values["retry"]),
         limits=limits_of(values["limits"]),
     )
     record.update(changes)
@@ -285,7 +236,7 @@ def _limits_from_text(text: str) -> tuple[Limit, ...]:
 @lru_cache(maxsize=64)
 def _retry_from_text(text: str) -> RetrySpec:
     """A stored retry policy, read once per distinct text (most jobs share a few)."""
-    return retry_of(json.loads(text))
+    return row_retry(json.loads(text))
 
 
 def recurring_fields(record: RecurringRecord) -> dict[str, Any]:
@@ -317,7 +268,7 @@ def recurring_record(row: Recurring) -> RecurringRecord:
         timezone=row.timezone,
         queue=row.queue,
         invocation=invocation_of(row.target, row.arguments),
-        retry=retry_of(row.retry),
+        retry=row_retry(row.retry),
         priority=row.priority,
         tenant_id=row.tenant_id,
         next_fire_time=row.next_fire_time,

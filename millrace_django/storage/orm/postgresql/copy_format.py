@@ -7,11 +7,11 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from operator import attrgetter
 
-from millrace_django.contract import JobRecord, Limit, RetrySpec, limits_json
+from millrace_django.contract import JobRecord, Limit, RetrySpec, limits_json, retry_json
 from millrace_django.models import JOB_STATE_CODES
 from millrace_django.storage.orm.postgresql.parameters import encode_json, json_value
 from millrace_django.storage.orm.postgresql.statements import AS_STORED
-from millrace_django.storage.orm.rows import active_scope, arguments_text, limit_key, retry_json
+from millrace_django.storage.orm.rows import active_scope, arguments_text, limit_key
 
 _shared = attrgetter(*AS_STORED, "invocation.target", "state", "retry", "limits")
 """What the rows of a batch mostly share, in the column order of :data:`~.statements.COPY`."""
