@@ -31,16 +31,19 @@ def retry_json(retry: RetrySpec) -> dict[str, Any]:
 
 def retry_of(stored: Any) -> RetrySpec:
     """The policy :func:`retry_json` wrote; ``KeyError``, ``TypeError`` or ``ValueError``
-    for anything else."""
-    return _policy(
-        stored["kind"],
-        stored["max_attempts"],
-        stored["base_delay_us"],
-        stored["max_delay_us"],
-        stored["jitter"],
-        tuple(stored.get("retry_on", ())),
-        tuple(stored.get("give_up_on", ())),
-    )
+    for anything else (a value of another type included: ``"3"`` attempts is refused,
+    not read as 3)."""
+    values = (stored["max_attempts"], stored["base_delay_us"], stored["max_delay_us"])
+    jitter = stored["jitter"]
+    retry_on = tuple(stored.get("retry_on", ()))
+    give_up_on = tuple(stored.get("give_up_on", ()))
+    if (
+        any(type(value) is not int for value in values)
+        or type(jitter) is not bool
+        or any(type(name) is not str for name in (*retry_on, *give_up_on))
+    ):
+        raise TypeError(f"not a stored retry policy: {stored!r}")
+    return _policy(stored["kind"], *values, jitter, retry_on, give_up_on)
 
 
 @lru_cache(maxsize=256, typed=True)

@@ -576,6 +576,18 @@ def test_the_hot_statements_are_planned_once_per_session_not_per_call(
     assert plans == {"claim": (calls, 0), "complete": (calls, 0)}, plans
 
 
+def test_an_instance_is_read_inside_its_bounded_storage_call(
+    store: DjangoStoreUnderTest, clock: FakeClock
+) -> None:
+    instance = create_instance(store, clock)
+    with wire_messages(ALIAS) as sent:
+        read = store.workflows.get_instance(instance.id)
+        assert store.workflows.get_instance(uuid4()) is None
+    assert read is not None and read.id == instance.id
+    assert len(sent) == 2, sent
+    assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
+
+
 def claim_request(worker: str, queues: list[str], count: int) -> ClaimRequest:
     return ClaimRequest(
         worker_id=worker, queues=frozenset(queues), max_count=count, lease=timedelta(minutes=5)

@@ -1,6 +1,7 @@
 """Records are frozen data; the attempt-history rule and tenant filters are shared logic."""
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
@@ -12,12 +13,16 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    RetryKind,
     RetrySpec,
     TenantFilter,
     clamp_limit,
     oldest_kept_attempt,
     outcome_of,
+    retry_json,
+    retry_of,
 )
+from millrace_django.storage.orm.rows import row_retry
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -163,3 +168,30 @@ def test_a_call_without_arguments_is_one_shared_read_only_invocation() -> None:
     assert Invocation.without_arguments("app.jobs:other").target == "app.jobs:other"
     with pytest.raises(TypeError):
         shared.kwargs["sneaky"] = 1  # type: ignore[index]
+
+
+def test_a_retry_policy_reads_back_from_its_json_exactly() -> None:
+    policy = RetrySpec(
+        kind=RetryKind.EXPONENTIAL,
+        max_attempts=5,
+        base_delay=timedelta(milliseconds=1500),
+        max_delay=timedelta(minutes=2),
+        jitter=True,
+        retry_on=("builtins.ConnectionError",),
+        give_up_on=("builtins.ValueError",),
+    )
+    assert retry_of(json.loads(json.dumps(retry_json(policy)))) == policy
+    assert retry_of(retry_json(RetrySpec())) == RetrySpec()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"max_attempts": "3"}, {"jitter": "no"}, {"base_delay_us": 1.5}, {"retry_on": [3]}],
+)
+def test_a_retry_policy_of_another_shape_is_refused_and_a_row_reads_it_as_none(
+    change: dict[str, object],
+) -> None:
+    stored = retry_json(RetrySpec(kind=RetryKind.FIXED, max_attempts=3)) | change
+    with pytest.raises(TypeError):
+        retry_of(stored)
+    assert row_retry(stored) == RetrySpec()

@@ -191,22 +191,26 @@ class OrmWorkflows:
             self._ctx.tx.write(create)
 
     def get_instance(self, instance_id: UUID) -> WorkflowInstanceRecord | None:
-        row = self._ctx.tx.read(
-            lambda: self._ctx.instances().filter(id=instance_id).values_list(*INSTANCE_COLUMNS)[:1]
+        rows = self._ctx.tx.read(  # (read inside the call: a query set is lazy)
+            lambda: list(
+                self._ctx.instances().filter(id=instance_id).values_list(*INSTANCE_COLUMNS)[:1]
+            )
         )
-        return instance_record(row[0]) if row else None
+        return instance_record(rows[0]) if rows else None
 
     def get_instances(self, instance_ids: Collection[UUID]) -> dict[UUID, WorkflowInstanceRecord]:
         if not instance_ids:
             return {}
         ids = list(instance_ids)
-        found = self._ctx.tx.read(lambda: self._ctx.hot_path.get_instances(self._ctx, ids))
-        if found is not None:
-            return found
-        rows = self._ctx.tx.read(
-            lambda: list(self._ctx.instances().filter(id__in=ids).values_list(*INSTANCE_COLUMNS))
-        )
-        return {row[0]: instance_record(row) for row in rows}
+
+        def read() -> dict[UUID, WorkflowInstanceRecord]:
+            found = self._ctx.hot_path.get_instances(self._ctx, ids)
+            if found is not None:
+                return found
+            rows = self._ctx.instances().filter(id__in=ids).values_list(*INSTANCE_COLUMNS)
+            return {row[0]: instance_record(row) for row in rows}
+
+        return self._ctx.tx.read(read)
 
     def update_instance(self, instance: WorkflowInstanceRecord, expected_revision: int) -> None:
         self._ctx.tx.write(lambda: checkpoint(self._ctx, instance, expected_revision))

@@ -1,6 +1,7 @@
 """PostgreSQL's hot path: one statement, one round trip, per batch claim, batch
 acknowledgement (which also wakes continuations and announces them) and enqueue (which
-also announces what it enqueued); what each call sends (:mod:`.statements`, through
+also announces what it enqueued), and the reads the worker makes with a claim (the
+instances of its workflow steps); what each call sends (:mod:`.statements`, through
 :mod:`.session`) and reads back."""
 
 from __future__ import annotations

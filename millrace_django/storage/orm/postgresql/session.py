@@ -12,10 +12,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-import psycopg
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
-from psycopg.pq import Format
 
 from millrace_django.storage.orm.vendors.postgresql import (
     LOST_PREPARED_STATEMENT,
@@ -40,17 +38,22 @@ class Statement:
         self.execute = f"EXECUTE {self.name} ({arguments})"
 
 
-_DRIVER_TIMESTAMPTZ = psycopg.adapters.get_loader(
-    psycopg.adapters.types["timestamptz"].oid, Format.TEXT
-)
-"""The driver's own ``timestamptz`` loader (C where psycopg's binary build is in)."""
+@lru_cache(maxsize=1)
+def _driver_timestamptz() -> Any:
+    """The driver's own ``timestamptz`` loader (C where psycopg's binary build is in),
+    looked up when a PostgreSQL session first needs it: psycopg is an optional
+    dependency, and this module is imported whatever the database."""
+    import psycopg
+    from psycopg.pq import Format
+
+    return psycopg.adapters.get_loader(psycopg.adapters.types["timestamptz"].oid, Format.TEXT)
 
 
 class Session:
     """What the hot path keeps for one driver connection (one database session): the
     names of the statements prepared there, and the driver cursor it sends them on."""
 
-    __slots__ = ("_cursor", "prepared", "raw", "unsure")
+    __slots__ = ("_cursor", "_zone", "prepared", "raw", "unsure")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -61,6 +64,7 @@ class Session:
         and the next call reads them back (believing one prepared that was not, or the
         reverse, made every later call fail, alternately one way and the other)."""
         self._cursor: Any = None
+        self._zone: Any = None  # the time zone Django read timestamps in for _cursor
 
     def reread(self, connection: BaseDatabaseWrapper) -> None:
         """Take what the session has prepared from the server."""
@@ -70,18 +74,20 @@ class Session:
         self.unsure = False
 
     def cursor(self, connection: BaseDatabaseWrapper) -> Any:
-        """The session's driver cursor, made once as Django makes its own (with the time
-        zone of the timestamps it reads): not one cursor, and adapters map, per call.
+        """The session's driver cursor, made as Django makes its own (with the time zone
+        of the timestamps it reads) once per time zone: not one cursor, and adapters
+        map, per call.
 
         Django reads each ``timestamptz`` through a Python loader that sets the
         connection's time zone on the driver's result. In UTC, what Django sets by
         default, the driver's own loader already answers in UTC, at two fifths of the
         cost (a claim reads a few timestamps per job), so the cursor takes that."""
-        if self._cursor is None:
+        zone = connection.timezone  # Django sets the session's to it (ensure_timezone)
+        if self._cursor is None or zone is not self._zone:
             cursor = connection.create_cursor()
-            if connection.timezone is UTC and self.raw.info.timezone is UTC:
-                cursor.adapters.register_loader("timestamptz", _DRIVER_TIMESTAMPTZ)
-            self._cursor = cursor
+            if zone is UTC and self.raw.info.timezone is UTC:
+                cursor.adapters.register_loader("timestamptz", _driver_timestamptz())
+            self._cursor, self._zone = cursor, zone
         return self._cursor
 
 

@@ -306,8 +306,9 @@ SELECT f.n, m.chain IS NOT NULL FROM fenced AS f LEFT JOIN moved AS m ON m.chain
     },
 )
 
-# The instances of a claimed batch's workflow steps, read by the worker with every claim
-# (see runtime.prefetch): one probe of the primary key each, JSON as text.
+# The instances of a claimed batch's workflow steps, read by the worker right after a
+# claim that holds any (engine/workflow/prefetch.py): one probe of the primary key each,
+# JSON as text.
 GET_INSTANCES = Statement(
     "get_instances",
     f"""

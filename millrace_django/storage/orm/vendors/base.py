@@ -54,7 +54,9 @@ class Vendor:
     def statement_timeout(
         self, connection: BaseDatabaseWrapper, timeout: timedelta
     ) -> AbstractContextManager[object]:
-        """Bound every statement run inside the block (one storage call)."""
+        """Bound every statement run inside the block (one storage call), with whatever
+        else the vendor sets for one call (PostgreSQL: generic plans for the hot path's
+        prepared statements)."""
         return nullcontext()
 
     def begin(self, connection: BaseDatabaseWrapper, timeout: timedelta) -> None:

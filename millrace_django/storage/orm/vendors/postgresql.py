@@ -1,5 +1,6 @@
 """PostgreSQL: ``SKIP LOCKED``, statements bounded by ``SET LOCAL statement_timeout``
-sent with the statement they bound, wake-up hints by ``NOTIFY``."""
+sent with the statement they bound (with ``plan_cache_mode``, so that prepared hot
+statements keep their generic plans), wake-up hints by ``NOTIFY``."""
 
 from __future__ import annotations
 
