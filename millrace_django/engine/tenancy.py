@@ -20,7 +20,9 @@ class tenant:
     """Make ``tenant_id`` ambient inside the block; the previous tenant comes back after.
 
     ``tenant(None)`` explicitly leaves every tenant (the untenanted scope). (A class, not a
-    generator: the worker enters one around every job.)
+    generator: the worker enters one around every job; and the variable is set only when
+    the tenant changes, which for most jobs it does not: in a profile of the worker, setting
+    it took over a microsecond per job.)
     """
 
     __slots__ = ("_tenant_id", "_token")
@@ -32,8 +34,9 @@ class tenant:
         tenant_id = self._tenant_id
         if tenant_id is not None and (not isinstance(tenant_id, str) or not tenant_id.strip()):
             raise ValueError(f"a tenant id must be a non-blank string or None; got {tenant_id!r}")
-        self._token = _current.set(tenant_id)
+        self._token = None if _current.get() == tenant_id else _current.set(tenant_id)
         return tenant_id
 
     def __exit__(self, *exc_info: object) -> None:
-        _current.reset(self._token)
+        if self._token is not None:
+            _current.reset(self._token)

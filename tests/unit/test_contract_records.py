@@ -22,7 +22,7 @@ from millrace_django.contract import (
     retry_json,
     retry_of,
 )
-from millrace_django.storage.orm.rows import row_retry
+from millrace_django.storage.orm.rows import JobRowReader, row_retry
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -159,6 +159,39 @@ def test_building_from_values_names_unknown_and_missing_fields(
     values = {name: value for name, value in values.items() if name not in drop} | add
     with pytest.raises(TypeError, match=message):
         JobRecord.from_values(values)
+
+
+def test_a_record_built_complete_equals_the_constructed_one() -> None:
+    given = {"id": uuid4(), "queue": "default", "state": JobState.ENQUEUED, "created_at": NOW}
+    values = {**given, "invocation": Invocation(target="app.jobs:send")}
+    complete = values | JobRecord.defaults_besides(values)
+    assert JobRecord.from_complete(dict(complete)) == JobRecord(**values)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"colour"}, r"unknown: \['colour'\], missing: \['created_at', 'id', "),
+        ({"id", "invocation", "state", "created_at"}, r"unknown: \[\], missing: \['queue'\]"),
+    ],
+)
+def test_the_defaults_besides_given_fields_name_unknown_and_missing_ones(
+    given: set[str], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        JobRecord.defaults_besides(given)
+
+
+def test_a_row_reader_builds_the_record_of_a_row_and_its_known_values() -> None:
+    reader = JobRowReader(known=("state", "worker_id"))
+    job = dataclasses.replace(_job(), state=JobState.PROCESSING, worker_id="w1", result={"sent": 1})
+    stored = {"result": json.dumps(job.result)}
+    tail = [job.id, "app.jobs:send", '{"args": [], "kwargs": {}}', "{}", None]
+    row = [stored.get(name, getattr(job, name, None)) for name in reader.columns[:-5]] + tail
+    known = {"state": JobState.PROCESSING, "worker_id": "w1"}
+    assert reader.read(row, known) == job
+    with pytest.raises(ValueError, match="known values of"):
+        reader.read(row, {"state": JobState.PROCESSING})
 
 
 def test_a_call_without_arguments_is_one_shared_read_only_invocation() -> None:

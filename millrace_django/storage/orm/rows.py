@@ -183,22 +183,26 @@ class JobRowReader:
     straight from the tuples a cursor returns, for the claim, which reads every job a
     worker runs. The statement lists the columns stored as they are first (see
     :attr:`columns`); the values of ``known`` fields, which it leaves out (what a claim
-    knows without reading it back: its lease, say), are given to :meth:`read`."""
+    knows without reading it back: its lease, say), are given to :meth:`read`. The names
+    are checked here, once, so each record is built without a check
+    (:meth:`~millrace_django.contract.records.JobRecord.from_complete`)."""
 
     def __init__(self, known: Sequence[str]) -> None:
-        self._known = tuple(known)
+        self._known = frozenset(known)
         self._stored = tuple(name for name in _AS_STORED if name not in self._known)
         self._json = tuple(
             name for name in ("result", "progress", "checkpoint") if name in self._stored
         )
         tail = ("uuid", "target", "arguments", "retry", "limits", "state")
-        if set(tail[:5]) & set(self._known):
+        if set(tail[:5]) & self._known:
             raise ValueError(f"a row reader must read {tail[:5]} itself")
         self._tail = tuple(name for name in tail if name not in self._known)
         self._id, self._target, self._arguments, self._retry, self._limits = (
             len(self._stored) + n for n in range(5)
         )
         self._state = len(self._stored) + 5 if "state" in self._tail else None
+        read = {*self._stored, *known, "id", "invocation", "state", "retry", "limits"}
+        self._defaults = JobRecord.defaults_besides(read)
 
     @property
     def columns(self) -> list[str]:
@@ -206,12 +210,16 @@ class JobRowReader:
         return [*self._stored, *self._tail]
 
     def read(self, row: Sequence[Any], known: Mapping[str, Any]) -> JobRecord:
-        """The record of ``row`` with the ``known`` values (every one of them given)."""
-        record = dict(known)
-        record.update(zip(self._stored, row, strict=False))  # the stored ones come first
+        """The record of ``row`` with the ``known`` values (exactly the names given at
+        construction)."""
+        if known.keys() != self._known:
+            raise ValueError(f"known values of {sorted(known)}, not of {sorted(self._known)}")
+        record = dict(zip(self._stored, row, strict=False))  # the stored ones come first
         for name in self._json:
             if record[name] is not None:
                 record[name] = json.loads(record[name])
+        record.update(known)
+        record.update(self._defaults)
         record["id"] = row[self._id]
         target, arguments = row[self._target], row[self._arguments]
         record["invocation"] = (
@@ -224,7 +232,7 @@ class JobRowReader:
         record["retry"] = _retry_from_text(row[self._retry])
         limits = row[self._limits]
         record["limits"] = () if limits is None else _limits_from_text(limits)
-        return JobRecord.from_values(record)
+        return JobRecord.from_complete(record)
 
 
 @lru_cache(maxsize=64)

@@ -26,6 +26,14 @@ def test_tenant_scopes_nest_and_restore() -> None:
     assert current_tenant() is None
 
 
+def test_a_scope_of_the_ambient_tenant_still_restores_what_it_encloses() -> None:
+    with tenant("acme"), tenant("acme"):  # the inner one sets nothing: it is ambient
+        with tenant("globex"):
+            assert current_tenant() == "globex"
+        assert current_tenant() == "acme"
+    assert current_tenant() is None
+
+
 def test_the_tenant_is_restored_when_the_block_raises() -> None:
     with pytest.raises(RuntimeError), tenant("acme"):
         raise RuntimeError("boom")

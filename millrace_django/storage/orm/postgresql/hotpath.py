@@ -152,7 +152,7 @@ class PostgresHotPath:
         room = request.max_count - len(claimed)
         if not room:
             return claimed
-        plain, waiting = self._claim_plain(ctx, replace(request, max_count=room))
+        plain, waiting = self._claim_plain(ctx, request, room)
         self._limited_waiting[request.queues] = waiting
         claimed += plain
         room -= len(plain)
@@ -161,12 +161,15 @@ class PostgresHotPath:
             claimed += ctx.tx.write(lambda: claim_limited(ctx, more))
         return claimed
 
-    def _claim_plain(self, ctx: OrmContext, request: ClaimRequest) -> tuple[list[JobRecord], bool]:
-        """The jobs without limits the claim statement leased, and whether jobs with
-        limits wait in the queues."""
+    def _claim_plain(
+        self, ctx: OrmContext, request: ClaimRequest, room: int
+    ) -> tuple[list[JobRecord], bool]:
+        """Up to ``room`` jobs without limits the claim statement leased (the request's
+        own count is not used: a claim's limited jobs may have taken some), and whether
+        jobs with limits wait in the queues."""
         now = ctx.clock.now()
         params: dict[str, Any] = {
-            "limit": request.max_count,
+            "limit": room,
             "now": now,
             "worker": request.worker_id,
             "until": now + request.lease,
