@@ -29,7 +29,8 @@ class SystemClock:
 
 
 class CorrectedClock:
-    """``source`` plus an offset that a calibration updates; thread-safe.
+    """``source`` plus an offset that a calibration updates; thread-safe without a lock
+    (the offset is an immutable value, replaced and read as one reference).
 
     The offset is what to add to ``source`` to read the database's time (see
     :class:`~millrace_django.runtime.ClockSync`). It starts at zero.
@@ -38,21 +39,16 @@ class CorrectedClock:
     def __init__(self, source: Clock, offset: timedelta = timedelta(0)) -> None:
         self.source = source
         self._offset = offset
-        self._lock = threading.Lock()
 
     def now(self) -> datetime:
-        with self._lock:
-            offset = self._offset
-        return self.source.now() + offset
+        return self.source.now() + self._offset
 
     @property
     def offset(self) -> timedelta:
-        with self._lock:
-            return self._offset
+        return self._offset
 
     def set_offset(self, offset: timedelta) -> None:
-        with self._lock:
-            self._offset = offset
+        self._offset = offset
 
 
 @runtime_checkable

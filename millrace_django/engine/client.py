@@ -67,8 +67,13 @@ from millrace_django.ids import id_at, new_id
 from millrace_django.observability.telemetry import publish
 
 type _Resolved = tuple[JobDefinition[..., Any], Mapping[str, Any], Expiry | None]
-"""A job's definition, the record fields its options give, and its options' deadline
-(:meth:`JobClient._resolve`)."""
+"""A job's definition, the record fields its options give (and the defaults of the rest
+but :data:`_PER_JOB`), and its options' deadline (:meth:`JobClient._resolve`)."""
+
+_PER_JOB = (
+    "id", "invocation", "state", "created_at", "due_at", "tenant_id", "parent_id", "expires_at",
+)  # fmt: skip
+"""The record fields :meth:`JobClient.build` gives each job itself."""
 
 
 class JobClient:
@@ -401,20 +406,19 @@ class JobClient:
         invocation = capture(definition, args, kwargs, max_bytes=self.config.max_arguments_bytes)
         now = self.clock.now()
         expiry = default_expiry if expires is None else expiry_of(expires)
-        return JobRecord.from_values(
-            dict(
-                fields,
-                limits=keyed(fields["limits"], definition, invocation),
-                id=id_at(now),
-                invocation=invocation,
-                state=state,
-                created_at=now,
-                due_at=due_at,
-                tenant_id=current_tenant(),
-                parent_id=parent_id,
-                expires_at=deadline(expiry, due_at or now),
-            )
-        )
+        values = dict(fields)  # every field: JobRecord.from_complete takes it as it is
+        limits = values["limits"]
+        if limits:
+            values["limits"] = keyed(limits, definition, invocation)
+        values["id"] = id_at(now)
+        values["invocation"] = invocation
+        values["state"] = state
+        values["created_at"] = now
+        values["due_at"] = due_at
+        values["tenant_id"] = current_tenant()
+        values["parent_id"] = parent_id
+        values["expires_at"] = deadline(expiry, due_at or now)
+        return JobRecord.from_complete(values)
 
     def _resolve(self, job: JobLike, key: str | None) -> _Resolved:
         """``job``'s definition, and the fields its options give each of its jobs with
@@ -443,6 +447,7 @@ class JobClient:
         }
         queue = self.queue(options.queue)
         fields["limits"] = job_limits(definition, options, queue, self.config.queue_limits)
+        fields.update(JobRecord.defaults_besides([*fields, *_PER_JOB]))
         resolved = (definition, fields, options.expires)
         if key is None:
             self._last_resolved = (job, resolved)

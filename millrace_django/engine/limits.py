@@ -43,8 +43,10 @@ def keyed(
 ) -> tuple[Limit, ...]:
     """``limits`` (from :func:`job_limits`) with the function's scope narrowed to the key
     ``invocation`` gives, where ``definition`` keys its limits."""
+    if not limits or definition.limit_key is None:
+        return limits
     function_scope = job_scope(definition.target)
-    if definition.limit_key is None or not limits or limits[-1].scope != function_scope:
+    if limits[-1].scope != function_scope:
         return limits
     key = key_of(definition, invocation)
     return (*limits[:-1], replace(limits[-1], scope=job_scope(definition.target, key)))

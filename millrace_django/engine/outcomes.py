@@ -44,6 +44,14 @@ _AS_STORED = (bool, int)
 """Result types that JSON stores unchanged (floats are checked: NaN is not JSON; text
 too, unless it holds no U+0000)."""
 
+_SUCCESS_DEFAULTS = JobTransition.defaults_besides(
+    [
+        *("job_id", "expected_worker_id", "expected_attempt", "target", "failures"),
+        *("result", "finished_at", "activate_continuations"),
+    ]
+)
+"""The fields of a success's transition that :func:`succeeded` leaves to their defaults."""
+
 type Observers = Sequence[JobDefinition[..., Any] | str]
 """A job's ``failure_observers``; each is enqueued with the dead job's id when it dies."""
 
@@ -106,16 +114,14 @@ def succeeded(
                 observers=observers,
             )
         stored = json.loads(json.dumps(result))
-    transition = JobTransition.from_values(  # every job that succeeds: the quick way
-        _fence(job)
-        | {
-            "target": JobState.SUCCEEDED,
-            "failures": job.failures,
-            "result": stored,
-            "finished_at": clock.now(),
-            "activate_continuations": True,
-        }
-    )
+    values = _fence(job)  # every job that succeeds: the quick way
+    values.update(_SUCCESS_DEFAULTS)
+    values["target"] = JobState.SUCCEEDED
+    values["failures"] = job.failures
+    values["result"] = stored
+    values["finished_at"] = clock.now()
+    values["activate_continuations"] = True
+    transition = JobTransition.from_complete(values)
     return with_side_effects(transition, effects) if effects is not None else transition
 
 

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
 from typing import Any
 from uuid import uuid4
@@ -48,7 +48,10 @@ from millrace_django.ids import new_id
 from millrace_django.models import Job
 from millrace_django.storage.orm import DjangoStorage
 from millrace_django.storage.orm.postgresql.hotpath import COPY_AT_LEAST
-from millrace_django.storage.orm.postgresql.parameters import complete_parameters
+from millrace_django.storage.orm.postgresql.parameters import (
+    complete_parameters,
+    timestamp_text,
+)
 from millrace_django.storage.orm.postgresql.statements import (
     CLAIM_ONE_QUEUE,
     COMPLETE,
@@ -173,6 +176,22 @@ def test_a_copied_batch_stores_every_column_as_a_small_batch_does(
 
     assert len(inserted) == len(small)
     assert {job_id: copied[job_id] for job_id in inserted} == inserted
+
+
+@pytest.mark.parametrize(
+    "instant",
+    [
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(1999, 6, 1, 12, 0, 0, 1, tzinfo=timezone(timedelta(hours=-3, minutes=-30))),
+    ],
+)
+def test_an_instant_reads_back_from_its_timestamp_text_exactly(instant: datetime) -> None:
+    text = timestamp_text(instant)
+    assert text.endswith("Z") == (instant.tzinfo is UTC)
+    with connections[ALIAS].cursor() as cursor:
+        cursor.execute("SELECT %s::timestamptz", [text])
+        assert cursor.fetchone()[0] == instant
 
 
 def _odd_jobs(clock: FakeClock) -> list[JobRecord]:

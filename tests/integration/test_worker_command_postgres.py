@@ -40,6 +40,7 @@ RUNS = 5
 
 @pytest.fixture(autouse=True)
 def jobs_on_postgres() -> Iterator[None]:
+    command_jobs.ran.clear()  # (a test elsewhere may have left its runs)
     with override_settings(MILLRACE={**settings.MILLRACE, "DATABASE": ALIAS}):
         yield
     command_jobs.ran.clear()

@@ -95,6 +95,7 @@ def test_a_job_runs_end_to_end_through_a_provider_named_by_its_dotted_path(
     stored = storage.get_job(job_id)
     assert stored is not None and stored.state is JobState.SUCCEEDED
     assert command_jobs.ran == ["through the guide's provider"]
+    command_jobs.ran.clear()
     assert storage.stored == 1  # type: ignore[attr-defined]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -14,10 +14,19 @@ from millrace_django.models import INSTANCE_STATE_CODES
 from millrace_django.storage.orm.context import Chain
 
 
+def timestamp_text(value: datetime) -> str:
+    """``value`` as PostgreSQL reads a ``timestamptz``. An instant in UTC (as the clock
+    gives them) is written naive with a ``Z``: Python formats the offset ``+00:00``
+    slower than all the rest, a microsecond per value on the hot paths' every job."""
+    if value.tzinfo is UTC:
+        return value.replace(tzinfo=None).isoformat() + "Z"
+    return value.isoformat()
+
+
 def json_value(value: object) -> object:
     """What :func:`json.dumps` cannot write itself, as PostgreSQL reads it."""
     if isinstance(value, datetime):
-        return value.isoformat()
+        return timestamp_text(value)
     if isinstance(value, timedelta):
         return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds"
     return str(value)  # UUID
@@ -62,7 +71,7 @@ def complete_parameters(
         "workers": quoted_array([t.expected_worker_id for t in transitions]),
         "attempts": _plain_array([t.expected_attempt for t in transitions]),
         "failures": _plain_array([t.failures for t in transitions]),
-        "finished": _plain_array([(t.finished_at or now).isoformat() for t in transitions]),
+        "finished": _plain_array([timestamp_text(t.finished_at or now) for t in transitions]),
         "results": quoted_array(
             [None if t.result is None else encode_json(t.result) for t in transitions]
         ),
@@ -89,6 +98,6 @@ def checkpoint_parameters(chains: Sequence[Chain]) -> dict[str, Any]:
         "data": quoted_array([encode_json(i.data) for i in instances]),
         "cursors": quoted_array([encode_json(i.cursor) for i in instances]),
         "tenants": quoted_array([i.tenant_id for i in instances]),
-        "created": _plain_array([i.created_at.isoformat() for i in instances]),
-        "updated": _plain_array([i.updated_at.isoformat() for i in instances]),
+        "created": _plain_array([timestamp_text(i.created_at) for i in instances]),
+        "updated": _plain_array([timestamp_text(i.updated_at) for i in instances]),
     }

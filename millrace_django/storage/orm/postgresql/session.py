@@ -15,6 +15,7 @@ from typing import Any
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from millrace_django.storage.orm.postgresql.parameters import timestamp_text
 from millrace_django.storage.orm.vendors.postgresql import (
     LOST_PREPARED_STATEMENT,
     CallSettings,
@@ -121,7 +122,7 @@ def _literal(value: object) -> str:
     parameter type says."""
     if value is None:
         return "NULL"
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    text = timestamp_text(value) if isinstance(value, datetime) else str(value)
     return "'" + text.replace("'", "''") + "'"
 
 
