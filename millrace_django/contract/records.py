@@ -65,7 +65,8 @@ class _BuiltFromValues:
     """Frozen records built per job on the hot paths (every job enqueued, claimed and
     finished): :meth:`from_values` fills one in a step instead of the generated
     initializer's frozen assignment of each field in turn, a third to a quarter of the
-    cost. Such a record keeps its fields in ``__dict__`` (no slots)."""
+    cost, and :meth:`from_complete` takes a dict of every field as it is. Such a record
+    keeps its fields in ``__dict__`` (no slots)."""
 
     __slots__ = ()
 
@@ -99,9 +100,10 @@ class _BuiltFromValues:
 
     @classmethod
     def from_complete(cls, values: dict[str, Any]) -> Self:
-        """The record whose fields are ``values``, taken as they are (no copy, no check):
-        for a reader that builds every record from the same names, which it checked once
-        with :meth:`defaults_besides`. Half the cost of :meth:`from_values`."""
+        """The record whose fields are ``values``, taken as they are: no check, and no
+        copy (the record owns the dict from now on; the caller neither keeps nor changes
+        it). For a caller that builds every record from the same names, checked once with
+        :meth:`defaults_besides`. Half the cost of :meth:`from_values`."""
         record = object.__new__(cls)
         object.__setattr__(record, "__dict__", values)
         return record

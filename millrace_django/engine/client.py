@@ -407,9 +407,7 @@ class JobClient:
         now = self.clock.now()
         expiry = default_expiry if expires is None else expiry_of(expires)
         values = dict(fields)  # every field: JobRecord.from_complete takes it as it is
-        limits = values["limits"]
-        if limits:
-            values["limits"] = keyed(limits, definition, invocation)
+        values["limits"] = keyed(values["limits"], definition, invocation)
         values["id"] = id_at(now)
         values["invocation"] = invocation
         values["state"] = state
@@ -422,8 +420,9 @@ class JobClient:
 
     def _resolve(self, job: JobLike, key: str | None) -> _Resolved:
         """``job``'s definition, and the fields its options give each of its jobs with
-        ``key`` (the queue checked). Without a key, the last job's are kept: a batch, or
-        a loop of enqueues, mostly builds one job many times."""
+        ``key`` (the queue checked) with the defaults of every other field but
+        :data:`_PER_JOB` (a template :meth:`build` copies). Without a key, the last job's
+        are kept: a batch, or a loop of enqueues, mostly builds one job many times."""
         last = self._last_resolved
         if key is None and last is not None and last[0] is job:
             return last[1]

@@ -40,3 +40,5 @@ class tenant:
     def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
             _current.reset(self._token)
+        elif _current.get() != self._tenant_id:  # the block left another tenant behind
+            _current.set(self._tenant_id)

@@ -165,7 +165,9 @@ def test_a_record_built_complete_equals_the_constructed_one() -> None:
     given = {"id": uuid4(), "queue": "default", "state": JobState.ENQUEUED, "created_at": NOW}
     values = {**given, "invocation": Invocation(target="app.jobs:send")}
     complete = values | JobRecord.defaults_besides(values)
-    assert JobRecord.from_complete(dict(complete)) == JobRecord(**values)
+    record = JobRecord.from_complete(dict(complete))
+    assert record == JobRecord(**values)
+    assert record.__dict__.keys() == {f.name for f in dataclasses.fields(JobRecord)}
 
 
 @pytest.mark.parametrize(
@@ -184,12 +186,21 @@ def test_the_defaults_besides_given_fields_name_unknown_and_missing_ones(
 
 def test_a_row_reader_builds_the_record_of_a_row_and_its_known_values() -> None:
     reader = JobRowReader(known=("state", "worker_id"))
-    job = dataclasses.replace(_job(), state=JobState.PROCESSING, worker_id="w1", result={"sent": 1})
+    job = dataclasses.replace(
+        _job(),
+        state=JobState.PROCESSING,
+        worker_id="w1",
+        result={"sent": 1},
+        retry=RetrySpec(kind=RetryKind.FIXED, max_attempts=3),
+    )
     stored = {"result": json.dumps(job.result)}
-    tail = [job.id, "app.jobs:send", '{"args": [], "kwargs": {}}', "{}", None]
+    retry = json.dumps(retry_json(job.retry))
+    tail = [job.id, "app.jobs:send", '{"args": [], "kwargs": {}}', retry, None]
     row = [stored.get(name, getattr(job, name, None)) for name in reader.columns[:-5]] + tail
     known = {"state": JobState.PROCESSING, "worker_id": "w1"}
-    assert reader.read(row, known) == job
+    read = reader.read(row, known)
+    assert read == job
+    assert read.__dict__.keys() == {f.name for f in dataclasses.fields(JobRecord)}
     with pytest.raises(ValueError, match="known values of"):
         reader.read(row, {"state": JobState.PROCESSING})
 

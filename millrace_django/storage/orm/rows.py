@@ -183,8 +183,9 @@ class JobRowReader:
     straight from the tuples a cursor returns, for the claim, which reads every job a
     worker runs. The statement lists the columns stored as they are first (see
     :attr:`columns`); the values of ``known`` fields, which it leaves out (what a claim
-    knows without reading it back: its lease, say), are given to :meth:`read`. The names
-    are checked here, once, so each record is built without a check
+    knows without reading it back: its lease, say), are given to :meth:`read`. That the
+    columns and the known names make every field is checked here, once, so each record
+    is built without comparing every name
     (:meth:`~millrace_django.contract.records.JobRecord.from_complete`)."""
 
     def __init__(self, known: Sequence[str]) -> None:
@@ -201,8 +202,8 @@ class JobRowReader:
             len(self._stored) + n for n in range(5)
         )
         self._state = len(self._stored) + 5 if "state" in self._tail else None
-        read = {*self._stored, *known, "id", "invocation", "state", "retry", "limits"}
-        self._defaults = JobRecord.defaults_besides(read)
+        given = {*self._stored, *known, "id", "invocation", "state", "retry", "limits"}
+        self._defaults = JobRecord.defaults_besides(given)
 
     @property
     def columns(self) -> list[str]:

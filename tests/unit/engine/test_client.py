@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
@@ -451,6 +451,15 @@ def test_requeue_mints_a_new_job_carrying_what_identifies_the_work(
     )
     assert copy.invocation == original.invocation
     assert (copy.attempt, copy.failures, copy.last_error) == (0, 0, None)
+
+
+def test_a_built_record_holds_every_field_of_its_own(client: JobClient) -> None:
+    first = client.build(sample_jobs.add, (1, 2), {}, state=JobState.ENQUEUED, key=None)
+    second = client.build(sample_jobs.add, (3, 4), {}, state=JobState.ENQUEUED, key=None)
+    every = {f.name for f in fields(JobRecord)}
+    assert first.__dict__.keys() == second.__dict__.keys() == every
+    assert first.__dict__ is not second.__dict__  # each its own copy of the template
+    assert (first.invocation.args, second.invocation.args) == ((1, 2), (3, 4))
 
 
 def test_requeue_keeps_the_recurring_id_and_drops_parent_and_workflow_links(

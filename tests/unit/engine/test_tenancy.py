@@ -34,6 +34,13 @@ def test_a_scope_of_the_ambient_tenant_still_restores_what_it_encloses() -> None
     assert current_tenant() is None
 
 
+def test_a_scope_of_the_ambient_tenant_undoes_a_tenant_its_block_left_behind() -> None:
+    with tenant(None):
+        tenant("acme").__enter__()  # entered, never exited
+        assert current_tenant() == "acme"
+    assert current_tenant() is None
+
+
 def test_the_tenant_is_restored_when_the_block_raises() -> None:
     with pytest.raises(RuntimeError), tenant("acme"):
         raise RuntimeError("boom")
