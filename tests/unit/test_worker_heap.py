@@ -7,7 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from millrace_django.management.commands.millrace_worker import YOUNG_GENERATION, settle_heap
+from millrace_django.management.commands.millrace_worker import (
+    PYTHON_YOUNG_GENERATION,
+    YOUNG_GENERATION,
+    settle_heap,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -19,15 +23,16 @@ def restored_collector() -> Iterator[None]:
 
 
 def test_the_youngest_generation_is_collected_less_often() -> None:
-    gc.set_threshold(2_000, 10, 10)
+    gc.set_threshold(PYTHON_YOUNG_GENERATION, 10, 10)
     settle_heap()
     assert gc.get_threshold() == (YOUNG_GENERATION, 10, 10)
 
 
-def test_a_higher_threshold_the_project_set_is_kept() -> None:
-    gc.set_threshold(50_000, 20, 30)
+@pytest.mark.parametrize("young", [5_000, 100_000])
+def test_a_threshold_the_project_set_is_kept(young: int) -> None:
+    gc.set_threshold(young, 20, 30)
     settle_heap()
-    assert gc.get_threshold() == (50_000, 20, 30)
+    assert gc.get_threshold() == (young, 20, 30)
 
 
 def test_automatic_collection_turned_off_stays_off() -> None:
