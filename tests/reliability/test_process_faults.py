@@ -45,7 +45,7 @@ def test_sigkill_churn_under_a_steady_backlog_loses_nothing_and_completes_each_j
         victim = rig.supervisor.wait_started(name)
         # Kill it mid-job: one of its executions has started and not finished.
         wait_until(partial(_running_in, rig, victim.pid), 30, f"a running job in {victim}")
-        killed.append(rig.supervisor.send(name, signal.SIGKILL).pid)
+        killed.append(rig.supervisor.kill(name).pid)
 
     succeeded = wait_until(
         lambda: len({e.job_id for e in rig.ledger.finished()}) >= SCALE.churn_jobs,
@@ -146,3 +146,17 @@ def _assert_poison_verdict(report: Report, rig: Rig, poison: UUID, limit: int) -
     self_killed = [e for e in rig.ledger.events("exit") if e.attempt == -signal.SIGKILL]
     assert len(self_killed) == limit == rig.supervisor.restarts
     assert rig.ledger.events("kill") == []
+
+
+def test_two_kills_of_one_worker_in_a_row_each_reach_a_live_process(rig: Rig) -> None:
+    # Each kill waits for the replacement, so the second reaches it rather than the
+    # first process lying dead until the supervisor's next look (which restarted once).
+    rig.supervisor.max_restarts = 2
+    rig.supervisor.worker("twice")
+    first = rig.supervisor.wait_started("twice")
+    assert rig.supervisor.kill("twice") is first
+    second = rig.supervisor.kill("twice")
+    assert second is not first
+    assert rig.supervisor.restarts == 2
+    assert stop_all(rig) == [0]
+    rig.supervisor.check()

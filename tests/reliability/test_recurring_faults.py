@@ -10,7 +10,6 @@ due time it consumed) in the firing transaction.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -55,7 +54,7 @@ def test_schedulers_killed_while_firing_fire_each_occurrence_exactly_once(
                 (due, definitions),
             )
             time.sleep(0.05 * (round_number % 3))  # kill at varying points of the passes
-            rig.supervisor.send(names[round_number % len(names)], signal.SIGKILL)
+            rig.supervisor.kill(names[round_number % len(names)])
             done = partial(_all_fired, connection, definitions, due)
             wait_until(done, 30, f"round {round_number + 1} fired")
     for name in names:  # restarted ones are up again, so a SIGTERM is a clean stop

@@ -7,7 +7,7 @@ Small API, in the order a scenario uses it::
     rig.supervisor.worker("w1", "--concurrency=2")   # millrace_worker --no-scheduler
     rig.supervisor.scheduler("s1")                    # millrace_scheduler
     rig.supervisor.wait_started("w1")
-    rig.supervisor.send("w1", signal.SIGKILL)       # restarted by the supervisor
+    rig.supervisor.kill("w1")                          # restarted by the supervisor
     rig.supervisor.stop("w1")                          # retire + SIGTERM, no restart
     report = rig.check({job_id: JobState.SUCCEEDED})  # after the processes stopped
     report.assert_clean()                              # precise diagnosis on failure

@@ -138,6 +138,18 @@ class Supervisor:
                 os.kill(process.pid, number)
             return process
 
+    def kill(self, name: str, timeout: float = 30.0) -> ManagePy:
+        """SIGKILL the current process of ``name`` and wait until its replacement is
+        spawned, so that the next signal to ``name`` reaches a live process; returns the
+        killed one. (A kill sent to a process already dead and not yet replaced would
+        reach nothing, and the restart it expects would never come.)"""
+        with self._lock:
+            if not self._slots[name].process.running():
+                raise AssertionError(f"{self._slots[name].process} has already exited")
+            victim = self.send(name, signal.SIGKILL)
+        wait_until(lambda: self._slots[name].process is not victim, timeout, f"{victim} replaced")
+        return victim
+
     def retire(self, name: str) -> ManagePy:
         """No more restarts for ``name``; returns its current process."""
         with self._lock:
