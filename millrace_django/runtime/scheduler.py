@@ -9,7 +9,10 @@ the next one starts afresh. The module-level steps are shared with the test runn
 Between passes it sleeps until the next due job or cron occurrence, as read at the end
 of its pass, but never longer than ``scheduler_interval``: nothing wakes a sleeping
 scheduler, so work added meanwhile with an earlier due time is found at most one
-interval late (as the interval bounds every lateness when nothing is planned).
+interval late (as the interval bounds every lateness when nothing is planned). The
+housekeeping (expiry, purge, folding counts, forgetting idle limits and silent workers)
+runs at most once per interval: a pass woken for due work does the due work and leaves the
+machine to the workers claiming it.
 """
 
 from __future__ import annotations
@@ -229,10 +232,12 @@ class Scheduler:
         self._stop = threading.Event()
         self._forgot_at: datetime | None = None
 
-    def run_once(self) -> SchedulerPass:
-        """One pass at the clock's current time. Each step's failure is logged and
-        does not prevent the others."""
+    def run_once(self, *, housekeeping: bool = True) -> SchedulerPass:
+        """One pass at the clock's current time: the due work (cron, then activation),
+        then, if ``housekeeping``, expiry, the purge and the rest. Each step's failure is logged
+        and does not prevent the others."""
         batch = self._config.activation_batch
+        expired = purged = forgotten = 0
         with self._hooks.around_turn():
             if self._clock_sync is not None:
                 self._clock_sync.sync_if_due()
@@ -244,12 +249,14 @@ class Scheduler:
                     self._storage, self._clock, now, batch, self._config.queue_limits
                 ),
             )
-            expired = self._step("expiry", lambda: expire_due(self._storage, now, batch))
             activated = self._step("activation", lambda: activate_due(self._storage, now, batch))
-            purged = self._step("purge", lambda: self.purge(now))
-            self._step("statistics", lambda: fold_statistics(self._storage, FOLD_BATCH))
-            self._step("limits", lambda: forget_idle_limits(self._storage, now, batch))
-            forgotten = self._step("worker registry", lambda: self.forget_workers(now))
+            if housekeeping:
+                # Expiry too: no claim starts a job past its deadline meanwhile.
+                expired = self._step("expiry", lambda: expire_due(self._storage, now, batch))
+                purged = self._step("purge", lambda: self.purge(now))
+                self._step("statistics", lambda: fold_statistics(self._storage, FOLD_BATCH))
+                self._step("limits", lambda: forget_idle_limits(self._storage, now, batch))
+                forgotten = self._step("worker registry", lambda: self.forget_workers(now))
             next_due = self._next_due(now)
         return SchedulerPass(
             activated=activated,
@@ -302,14 +309,21 @@ class Scheduler:
 
     def run(self) -> None:
         """Passes until :meth:`request_stop`, each when the next job or cron occurrence
-        is due (see :func:`pause`) and at least every ``scheduler_interval``; the sleep
-        is measured on the injected clock and slept in real time."""
+        is due (see :func:`pause`) and at least every ``scheduler_interval``, the
+        housekeeping in a pass at most once per interval; the sleep is measured on the
+        injected clock and slept in real time."""
         interval = self._config.scheduler_interval
         logger.info("scheduler started: a pass when work is due, at least every %s", interval)
         woken_early = False
+        housekept: datetime | None = None
         while not self._stop.is_set():
+            now = self._clock.now()
+            # A clock that moved back before the last housekeeping does not postpone it.
+            housekeeping = housekept is None or not housekept <= now < housekept + interval
+            if housekeeping:
+                housekept = now
             try:
-                done = self.run_once()
+                done = self.run_once(housekeeping=housekeeping)
             except Exception:  # the hooks failed; the steps guard themselves
                 logger.exception("scheduler pass failed; the next pass retries")
                 done = SchedulerPass()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
@@ -19,6 +20,7 @@ from millrace_django.contract import (
     ClaimRequest,
     JobRecord,
     JobTransition,
+    RecurringRecord,
     WorkflowCheckpoint,
     WorkflowInstanceRecord,
 )
@@ -70,6 +72,7 @@ class HotPath(Protocol):
     run that statement alone in autocommit (see ``Transactions.write``)."""
 
     claim_is_one_statement: bool
+    activate_is_one_statement: bool
 
     def complete_is_one_statement(
         self, ctx: OrmContext, transitions: Sequence[JobTransition]
@@ -86,6 +89,42 @@ class HotPath(Protocol):
         semantics (see :func:`~millrace_django.storage.orm.inserts.insert_jobs`) and
         announce the enqueued ones; ``None`` when there is no such statement here (the
         portable path then runs)."""
+        ...
+
+    def activate(self, ctx: OrmContext, now: datetime, limit: int) -> int | None:
+        """Enqueue the first ``limit`` jobs due by ``now`` (see ``JobStorage.activate_due``)
+        and announce them, in one statement; ``None`` when there is no such statement
+        here."""
+        ...
+
+    def due_heads(self, ctx: OrmContext, after: datetime) -> list[datetime | None] | None:
+        """The first due time after ``after`` of the waiting jobs and of the recurring
+        definitions (``None`` where there is none), in one statement; ``None`` when there
+        is no such statement here."""
+        ...
+
+    def due_recurring(
+        self, ctx: OrmContext, now: datetime, limit: int
+    ) -> list[RecurringRecord] | None:
+        """The first ``limit`` recurring definitions due at ``now`` (see
+        ``JobStorage.get_due_recurring``), in one statement; ``None`` when there is no
+        such statement here (the portable path then runs)."""
+        ...
+
+    def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool: ...
+
+    def fire(
+        self,
+        ctx: OrmContext,
+        recurring_id: str,
+        expected: datetime,
+        next_fire_time: datetime,
+        job: JobRecord,
+    ) -> bool:
+        """Fire recurring ``recurring_id`` due at ``expected`` if it still is and its
+        overlap policy allows it now: move it to ``next_fire_time`` and insert ``job``
+        (announced); whether it fired. A refusal changes nothing (see
+        ``JobStorage.try_fire_recurring`` for what it may mean)."""
         ...
 
     def checkpoint(self, ctx: OrmContext, chains: Sequence[Chain]) -> list[bool | None]:

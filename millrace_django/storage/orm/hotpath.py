@@ -20,6 +20,7 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    RecurringRecord,
     WorkflowInstanceRecord,
 )
 from millrace_django.models import Job
@@ -27,6 +28,7 @@ from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, queries, tallies
 from millrace_django.storage.orm.context import Chain, OrmContext
 from millrace_django.storage.orm.continuations import activate_continuations
+from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.limits import pick_limited
 from millrace_django.storage.orm.rows import job_record
 from millrace_django.storage.orm.workflows import checkpoint_many
@@ -42,6 +44,7 @@ class OrmHotPath:
     ``UPDATE`` with per-row values."""
 
     claim_is_one_statement = False
+    activate_is_one_statement = False
 
     def complete_is_one_statement(
         self, ctx: OrmContext, transitions: Sequence[JobTransition]
@@ -53,6 +56,46 @@ class OrmHotPath:
 
     def insert(self, ctx: OrmContext, jobs: Sequence[JobRecord]) -> list[UUID] | None:
         return None
+
+    def activate(self, ctx: OrmContext, now: datetime, limit: int) -> int | None:
+        return None
+
+    def due_heads(self, ctx: OrmContext, after: datetime) -> list[datetime | None] | None:
+        return None
+
+    def due_recurring(
+        self, ctx: OrmContext, now: datetime, limit: int
+    ) -> list[RecurringRecord] | None:
+        return None
+
+    def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool:
+        return False
+
+    def fire(
+        self,
+        ctx: OrmContext,
+        recurring_id: str,
+        expected: datetime,
+        next_fire_time: datetime,
+        job: JobRecord,
+    ) -> bool:
+        """A compare-and-set ``UPDATE`` whose condition includes the overlap test, then
+        the insert of ``job`` if it took."""
+        fired = (
+            ctx.recurring()
+            .filter(
+                queries.may_fire(ctx.jobs()), id=recurring_id, enabled=True, next_fire_time=expected
+            )
+            .update(
+                next_fire_time=next_fire_time,
+                last_fire_time=expected,
+                fired_job_id=job.id,
+                updated_at=ctx.clock.now(),
+            )
+        )
+        if fired:
+            insert_jobs(ctx, [job])
+        return bool(fired)
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:
         """The limited lane first (so a backlog of plain jobs never starves limited

@@ -314,7 +314,12 @@ class OrmJobs:
         if limit <= 0:
             return 0
 
+        hot_path = self._ctx.hot_path
+
         def activate() -> int:
+            activated = hot_path.activate(self._ctx, now, limit)
+            if activated is not None:
+                return activated
             due = list(queries.due(self._ctx.jobs(), now, limit))
             if not due:
                 return 0
@@ -326,7 +331,7 @@ class OrmJobs:
             self._ctx.tx.enqueued(queue for _, queue in due)
             return activated
 
-        return self._ctx.tx.write(activate)
+        return self._ctx.tx.write(activate, one_statement=hot_path.activate_is_one_statement)
 
     def purge_finished(self, before: datetime, limit: int) -> int:
         if limit <= 0:
@@ -519,18 +524,25 @@ class OrmJobs:
     def get_due_recurring(self, now: datetime, limit: int) -> list[RecurringRecord]:
         if limit <= 0:
             return []
-        held = queries.held(self._ctx.jobs())
-        rows = self._ctx.tx.read(
-            lambda: list(
+
+        def read() -> list[RecurringRecord]:
+            due = self._ctx.hot_path.due_recurring(self._ctx, now, limit)
+            if due is not None:
+                return due
+            rows = (
                 self._ctx.recurring()
-                .filter(~held, enabled=True, next_fire_time__lte=now)
+                .filter(~queries.held(self._ctx.jobs()), enabled=True, next_fire_time__lte=now)
                 .order_by("next_fire_time", "id")[:limit]
             )
-        )
-        return [recurring_record(row) for row in rows]
+            return [recurring_record(row) for row in rows]
+
+        return self._ctx.tx.read(read)
 
     def next_due_time(self, after: datetime) -> datetime | None:
         def soonest() -> datetime | None:
+            found = self._ctx.hot_path.due_heads(self._ctx, after)
+            if found is not None:
+                return min((time for time in found if time is not None), default=None)
             heads = queries.due_heads(
                 self._ctx.jobs(),
                 self._ctx.recurring(),
@@ -546,27 +558,33 @@ class OrmJobs:
         self, recurring_id: str, expected: datetime, next_fire_time: datetime, job: JobRecord
     ) -> FireOutcome:
         """The allowed fire is one compare-and-set ``UPDATE`` whose condition includes the
-        overlap test, as before the policy existed; a refused one tells a skip, a hold
-        and a lost race apart by the statements after it. A concurrent fire can only make
-        those report ``LOST``: the compare-and-set serializes every fire of a definition."""
+        overlap test, as before the policy existed (the hot path's ``fire``), alone in
+        autocommit where it is one statement; a refused one tells a skip, a hold and a
+        lost race apart by the statements after it, in a transaction that tries the fire
+        first (again, if it was tried alone). A concurrent fire can only make those
+        report ``LOST``: the compare-and-set serializes every fire of a definition."""
+        hot_path = self._ctx.hot_path
 
-        def fire() -> FireOutcome:
-            now = self._ctx.clock.now()
+        def fire() -> bool:
+            return hot_path.fire(self._ctx, recurring_id, expected, next_fire_time, job)
+
+        if hot_path.fire_is_one_statement(self._ctx, job) and self._ctx.tx.write(
+            fire, one_statement=True
+        ):
+            return FireOutcome.FIRED
+
+        def settle() -> FireOutcome:
+            if fire():
+                return FireOutcome.FIRED
             definition = self._ctx.recurring().filter(
                 id=recurring_id, enabled=True, next_fire_time=expected
             )
-            if definition.filter(queries.may_fire(self._ctx.jobs())).update(
-                next_fire_time=next_fire_time,
-                last_fire_time=expected,
-                fired_job_id=job.id,
-                updated_at=now,
-            ):
-                insert_jobs(self._ctx, [job])
-                return FireOutcome.FIRED
             if definition.filter(overlap=OverlapPolicy.SKIP.value).update(
-                next_fire_time=next_fire_time, last_skip_time=expected, updated_at=now
+                next_fire_time=next_fire_time,
+                last_skip_time=expected,
+                updated_at=self._ctx.clock.now(),
             ):
                 return FireOutcome.SKIPPED
             return FireOutcome.HELD if definition.exists() else FireOutcome.LOST
 
-        return self._ctx.tx.write(fire)
+        return self._ctx.tx.write(settle)

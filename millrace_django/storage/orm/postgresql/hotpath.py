@@ -11,11 +11,12 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from itertools import batched
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, connections
+from django.db import IntegrityError, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from millrace_django.contract import (
@@ -25,10 +26,11 @@ from millrace_django.contract import (
     JobRecord,
     JobState,
     JobTransition,
+    RecurringRecord,
     WorkflowInstanceRecord,
 )
 from millrace_django.errors import DuplicateJobId
-from millrace_django.models import INSTANCE_STATE_CODES, INSTANCE_STATES
+from millrace_django.models import INSTANCE_STATE_CODES, INSTANCE_STATES, Recurring
 from millrace_django.storage.orm import tallies
 from millrace_django.storage.orm.context import Chain, OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath, claim_limited
@@ -43,20 +45,25 @@ from millrace_django.storage.orm.postgresql.parameters import (
 )
 from millrace_django.storage.orm.postgresql.session import Driver
 from millrace_django.storage.orm.postgresql.statements import (
+    ACTIVATE,
     CHECKPOINT,
     CLAIM_ONE_QUEUE,
     CLAIM_QUEUES,
     CLAIMED,
     COMPLETE,
     COPY,
+    DUE_HEADS,
+    DUE_RECURRING,
     GET_INSTANCES,
     NOTIFY,
     PROBE_BY_INDEX,
+    RECURRING_COLUMNS,
     TAKE_BOOKMARKS,
     WAKE,
+    fire_statement,
     insert_statement,
 )
-from millrace_django.storage.orm.rows import active_scope, job_values
+from millrace_django.storage.orm.rows import active_scope, job_values, recurring_record
 from millrace_django.storage.orm.transactions import InsertConflict
 
 _COPY_CHUNK = 200
@@ -66,6 +73,27 @@ COPY_AT_LEAST = 500
 
 _ACTIVE_KEY = "millrace_job_active_key"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+
+
+_RECURRING_JSON = [
+    position
+    for position, name in enumerate(RECURRING_COLUMNS)
+    if isinstance(Recurring._meta.get_field(name), models.JSONField)
+]
+
+
+def _recurring_of(row: Sequence[Any]) -> RecurringRecord:
+    """A definition from the columns :data:`DUE_RECURRING` reads (JSON as text)."""
+    values = list(row)
+    for position in _RECURRING_JSON:
+        values[position] = json.loads(values[position])
+    return recurring_record(Recurring.from_db(None, RECURRING_COLUMNS, values))
+
+
+def _json_row(ctx: OrmContext, job: JobRecord) -> dict[str, Any]:
+    """A job's row as the enqueue statements read it from JSON (NULLs left out)."""
+    values = job_values(job, track_scope=ctx.track_scope)
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def _insert_error(error: IntegrityError, jobs: Sequence[JobRecord]) -> Exception:
@@ -122,6 +150,7 @@ class PostgresHotPath:
     """
 
     claim_is_one_statement = True
+    activate_is_one_statement = True
 
     def __init__(self, *, several_statements: bool = True, prepare: bool = True) -> None:
         self.several_statements = several_statements
@@ -299,8 +328,7 @@ class PostgresHotPath:
                     effective.append(None)
                     continue
                 first_holder[scope] = position
-            values = job_values(job, track_scope=ctx.track_scope)
-            rows.append({name: value for name, value in values.items() if value is not None})
+            rows.append(_json_row(ctx, job))
             sent.append(position)
             effective.append(job.id)
             if job.state is JobState.ENQUEUED:
@@ -322,6 +350,62 @@ class PostgresHotPath:
             if effective[position] is None:
                 effective[position] = effective[first_holder[active_scope(job) or ""]]
         return [job_id for job_id in effective if job_id is not None]
+
+    # -- recurring fires --------------------------------------------------------------
+
+    # -- the scheduler's due work ------------------------------------------------------
+
+    def activate(self, ctx: OrmContext, now: datetime, limit: int) -> int:
+        params = {"now": now, "limit": limit, "channel": ctx.notify_channel or ""}
+        ((activated, _),) = self._driver.run(connections[ctx.alias], ACTIVATE, params)
+        return int(activated)
+
+    def due_heads(self, ctx: OrmContext, after: datetime) -> list[datetime | None]:
+        ((jobs, recurring),) = self._driver.run(connections[ctx.alias], DUE_HEADS, {"after": after})
+        return [jobs, recurring]
+
+    def due_recurring(self, ctx: OrmContext, now: datetime, limit: int) -> list[RecurringRecord]:
+        params = {"now": now, "limit": limit}
+        rows = self._driver.run(connections[ctx.alias], DUE_RECURRING, params)
+        return [_recurring_of(row) for row in rows]
+
+    def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool:
+        """For an enqueued job without tags or a scope to hold (the others need what the
+        portable insert does besides the ``INSERT``), where it can be announced."""
+        return (
+            ctx.notify_channel is not None
+            and job.state is JobState.ENQUEUED
+            and not job.tags
+            and active_scope(job) is None
+            and not meets_holders([job])
+        )
+
+    def fire(
+        self,
+        ctx: OrmContext,
+        recurring_id: str,
+        expected: datetime,
+        next_fire_time: datetime,
+        job: JobRecord,
+    ) -> bool:
+        """The compare-and-set, the insert and its announcement in one statement."""
+        channel = ctx.notify_channel
+        if channel is None or not self.fire_is_one_statement(ctx, job):
+            return OrmHotPath().fire(ctx, recurring_id, expected, next_fire_time, job)
+        connection = connections[ctx.alias]
+        params = {
+            "following": next_fire_time,
+            "job": job.id,
+            "now": ctx.clock.now(),
+            "id": recurring_id,
+            "expected": expected,
+            "rows": encode_rows([_json_row(ctx, job)]),
+            "channel": channel,
+        }
+        try:
+            return bool(self._driver.run(connection, fire_statement(connection), params))
+        except IntegrityError as error:
+            raise _insert_error(error, [job]) from error
 
     def _copy(
         self,

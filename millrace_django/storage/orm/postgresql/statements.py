@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from millrace_django.contract import ACTIVE_JOB_STATES, ATTEMPT_HISTORY_CAP
+from millrace_django.contract import (
+    ACTIVE_JOB_STATES,
+    ATTEMPT_HISTORY_CAP,
+    JobState,
+    OverlapPolicy,
+)
 from millrace_django.contract.catalog import RUN_TIME_BOUNDS
 from millrace_django.models import (
     AttemptOutcomeCode,
@@ -16,6 +21,7 @@ from millrace_django.models import (
     Job,
     JobAttempt,
     PausedQueue,
+    Recurring,
     RunMinute,
     Tally,
     TallySubject,
@@ -40,7 +46,9 @@ _MINUTES = _q(FinishedMinute._meta.db_table)
 _RUNS = _q(RunMinute._meta.db_table)
 _INSTANCES = _q(WorkflowInstance._meta.db_table)
 _BOOKMARKS = _q(Bookmark._meta.db_table)
-_ACTIVE = job_codes(ACTIVE_JOB_STATES)
+_RECURRING = _q(Recurring._meta.db_table)
+_ACTIVE = ", ".join(str(code) for code in job_codes(ACTIVE_JOB_STATES))
+_WAITING = ", ".join(str(code) for code in job_codes({JobState.SCHEDULED, JobState.FAILED}))
 _FIELDS = list(Job._meta.concrete_fields)
 # A row's values are keyed by field name (rows.job_values), which is its column name too.
 assert all(f.attname == f.column for f in _FIELDS), "a Job column was renamed"
@@ -422,14 +430,18 @@ NOTIFY = "SELECT pg_notify(%s, queue) FROM unnest(%s::text[]) AS queue"
 _INSERTS: dict[tuple[bool, bool], Statement] = {}
 
 
+def _typed(connection: BaseDatabaseWrapper) -> str:
+    """The inserted columns with their types (from the models, as PostgreSQL has them),
+    as ``jsonb_to_recordset`` reads the JSON rows."""
+    return ", ".join(f"{_q(f.attname)} {f.db_type(connection)}" for f in _INSERTED)
+
+
 def insert_statement(connection: BaseDatabaseWrapper, *, keyed: bool, scoped: bool) -> Statement:
     """The enqueue statement (column types from the models, as PostgreSQL has them)."""
     statement = _INSERTS.get((keyed, scoped))
     if statement is None:
-        typed = ", ".join(f"{_q(f.attname)} {f.db_type(connection)}" for f in _INSERTED)
-        held = (_HELD_BY_SCOPE if scoped else _HELD_BY_KEY).format(
-            active=", ".join(str(code) for code in _ACTIVE)
-        )
+        typed = _typed(connection)
+        held = (_HELD_BY_SCOPE if scoped else _HELD_BY_KEY).format(active=_ACTIVE)
         sql = (_INSERT_KEYED if keyed else _INSERT_PLAIN).format(
             jobs=_JOBS, columns=_INSERTED_COLUMNS, typed=typed, held=held, enqueued=Code.ENQUEUED
         )
@@ -439,3 +451,110 @@ def insert_statement(connection: BaseDatabaseWrapper, *, keyed: bool, scoped: bo
         purpose = ("insert_scoped" if scoped else "insert_keyed") if keyed else "insert"
         statement = _INSERTS[keyed, scoped] = Statement(purpose, sql, parameters)
     return statement
+
+
+# -- recurring fires -------------------------------------------------------------------
+
+# A fire in one statement (job_storage.try_fire_recurring): the compare-and-set on the
+# definition's due time with its overlap test (allowed, or the job of its last fire no
+# longer active: one probe of the uuid index), and the insert of the occurrence's job (an
+# enqueued one, claiming no idempotency scope) only if the compare-and-set took, with the
+# pg_notify of its queue. One row answers a fire; none, a refusal, which the storage then
+# tells apart (skip, hold or lost race) through the portable path.
+_FIRE = """
+WITH fired AS (
+    UPDATE {recurring} AS r
+    SET next_fire_time = %(following)s, last_fire_time = r.next_fire_time,
+        fired_job_id = %(job)s, updated_at = %(now)s
+    WHERE r.id = %(id)s AND r.enabled AND r.next_fire_time = %(expected)s
+      AND (r.overlap = '{allow}' OR NOT EXISTS (
+          SELECT FROM {jobs} AS j WHERE j.uuid = r.fired_job_id AND j.state IN ({active})))
+    RETURNING r.id
+), inserted AS (
+    INSERT INTO {jobs} ({columns})
+    SELECT {columns} FROM jsonb_to_recordset(%(rows)s::jsonb) AS i ({typed})
+    WHERE EXISTS (SELECT FROM fired)
+    RETURNING queue
+)
+SELECT pg_notify(%(channel)s, queue) FROM inserted
+"""
+_FIRES: list[Statement] = []
+
+# The recurring definitions due at a time, in due order (job_storage.get_due_recurring):
+# enabled, their next fire time come, but for those whose overlap "queue" holds the
+# occurrence back (the job of their last fire still active: one probe of the uuid index).
+RECURRING_COLUMNS = [f.attname for f in Recurring._meta.concrete_fields]
+DUE_RECURRING = Statement(
+    "due_recurring",
+    f"""
+SELECT {", ".join(f"r.{_q(name)}" for name in RECURRING_COLUMNS)}
+FROM {_RECURRING} AS r
+WHERE r.enabled AND r.next_fire_time <= %(now)s
+  AND NOT (r.overlap = '{OverlapPolicy.QUEUE.value}' AND EXISTS (
+      SELECT FROM {_JOBS} AS j WHERE j.uuid = r.fired_job_id AND j.state IN ({_ACTIVE})))
+ORDER BY r.next_fire_time, r.id LIMIT %(limit)s""",
+    {"now": "timestamptz", "limit": "integer"},
+)
+
+
+def fire_statement(connection: BaseDatabaseWrapper) -> Statement:
+    """The one-statement fire (column types as :func:`insert_statement` has them)."""
+    if not _FIRES:
+        sql = _FIRE.format(
+            recurring=_RECURRING,
+            jobs=_JOBS,
+            columns=_INSERTED_COLUMNS,
+            typed=_typed(connection),
+            allow=OverlapPolicy.ALLOW.value,
+            active=_ACTIVE,
+        )
+        parameters = {
+            "following": "timestamptz",
+            "job": "uuid",
+            "now": "timestamptz",
+            "id": "text",
+            "expected": "timestamptz",
+            "rows": "text",
+            "channel": "text",
+        }
+        _FIRES.append(Statement("fire", sql, parameters))
+    return _FIRES[0]
+
+
+# -- the scheduler's due work ----------------------------------------------------------
+
+# Activation (job_storage.activate_due): the next LIMIT scheduled or failed jobs due by
+# now, oldest due first, locked skipping rows another activator holds (the partial index
+# millrace_job_due), become enqueued, and their queues are announced; answers how many.
+ACTIVATE = Statement(
+    "activate",
+    f"""
+WITH due AS (
+    SELECT seq FROM {_JOBS}
+    WHERE state IN ({_WAITING}) AND due_at <= %(now)s
+    ORDER BY due_at, seq LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), activated AS (
+    UPDATE {_JOBS} AS j SET state = {Code.ENQUEUED}, due_at = NULL
+    FROM due WHERE j.seq = due.seq
+    RETURNING j.queue
+), announced AS (
+    SELECT pg_notify(%(channel)s, q.queue)
+    FROM (SELECT DISTINCT queue FROM activated WHERE %(channel)s <> '') AS q
+)
+SELECT (SELECT count(*) FROM activated), (SELECT count(*) FROM announced)""",
+    {"now": "timestamptz", "limit": "integer", "channel": "text"},
+)
+
+# The next due time after a time (job_storage.next_due_time): the heads of two index
+# ranges, the waiting jobs' due times and the enabled definitions' next fire times.
+DUE_HEADS = Statement(
+    "due_heads",
+    f"""
+SELECT
+    (SELECT due_at FROM {_JOBS} WHERE state IN ({_WAITING}) AND due_at > %(after)s
+     ORDER BY due_at LIMIT 1),
+    (SELECT next_fire_time FROM {_RECURRING} WHERE enabled AND next_fire_time > %(after)s
+     ORDER BY next_fire_time LIMIT 1)""",
+    {"after": "timestamptz"},
+)
