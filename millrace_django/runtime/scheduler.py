@@ -86,6 +86,12 @@ def pause(
     return min(max(done.next_due - now, floor), interval)
 
 
+def housekeeping_due(last: datetime | None, now: datetime, interval: timedelta) -> bool:
+    """Whether a pass at ``now`` does the housekeeping, last done at ``last``: at most once
+    per ``interval`` (a clock that moved back before ``last`` does not postpone it)."""
+    return last is None or not last <= now < last + interval
+
+
 def activate_due(storage: JobStorage, now: datetime, batch: int) -> int:
     """Move due scheduled jobs and due retries to ``enqueued``; returns how many."""
 
@@ -318,8 +324,7 @@ class Scheduler:
         housekept: datetime | None = None
         while not self._stop.is_set():
             now = self._clock.now()
-            # A clock that moved back before the last housekeeping does not postpone it.
-            housekeeping = housekept is None or not housekept <= now < housekept + interval
+            housekeeping = housekeeping_due(housekept, now, interval)
             if housekeeping:
                 housekept = now
             try:

@@ -28,6 +28,7 @@ from millrace_django.conformance.support import (
     claim_new,
     create_instance,
     make_job,
+    make_recurring,
     race,
     stored_instance,
     succeed,
@@ -35,6 +36,7 @@ from millrace_django.conformance.support import (
 )
 from millrace_django.contract import (
     ClaimRequest,
+    FireOutcome,
     Invocation,
     JobQuery,
     JobRecord,
@@ -571,6 +573,42 @@ def test_claim_acknowledge_and_enqueue_are_one_round_trip_each(
     assert len(sent) == 3, sent
     assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
     assert PROBE_BY_INDEX in sent[2], "the acknowledgement is sent with the planner told to probe"
+
+
+def test_a_schedulers_due_work_is_one_round_trip_per_step(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """A pass woken for a cron occurrence and a retry: the due definitions, the fire (its
+    compare-and-set, the job's insert and its announcement), the activation and the next
+    due time, one prepared statement each. (The fire's transaction of four round trips and
+    the ORM's compiled queries made the occurrence several milliseconds late.)"""
+    now = clock.now()
+    minute = timedelta(minutes=1)
+    storage.upsert_recurring(make_recurring(clock, "each-minute", next_fire_time=now))
+    storage.enqueue([make_job(clock, state=JobState.SCHEDULED, due_at=now)])
+
+    with wire_messages() as sent:
+        (due,) = storage.get_due_recurring(now, 10)
+        occurrence = make_job(clock, recurring_id=due.id)
+        fired = storage.try_fire_recurring(due.id, due.next_fire_time, now + minute, occurrence)
+        activated = storage.activate_due(now, 10)
+        next_due = storage.next_due_time(now)
+
+    assert (fired, activated, next_due) == (FireOutcome.FIRED, 1, now + minute)
+    assert [_statement_of(text) for text in sent] == [
+        "due_recurring",
+        "fire",
+        "activate",
+        "due_heads",
+    ], sent
+    assert all(text.startswith("SET LOCAL statement_timeout") for text in sent), sent
+    stored = storage.get_job(occurrence.id)
+    assert stored is not None and stored.state is JobState.ENQUEUED
+
+
+def _statement_of(text: str) -> str | None:
+    found = re.search(r"(?:PREPARE|EXECUTE) millrace_(\w+)_[0-9a-f]{10} \(", text)
+    return found.group(1) if found else None
 
 
 def test_the_hot_statements_are_planned_once_per_session_not_per_call(

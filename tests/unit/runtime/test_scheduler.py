@@ -28,6 +28,7 @@ from millrace_django.runtime.scheduler import (
     FORGET_WORKERS_EVERY,
     SHORTEST_PAUSE,
     SchedulerPass,
+    housekeeping_due,
     pause,
 )
 from millrace_django.runtime.worker_registry import WorkerRegistration
@@ -175,6 +176,41 @@ def test_the_purge_deletes_only_jobs_finished_longer_ago_than_the_retention(
     forever = Scheduler(storage, clock, replace(settings, retention=None))
     clock.advance(timedelta(days=2))
     assert forever.run_once().purged == 0
+
+
+def test_a_pass_without_housekeeping_fires_and_activates_and_leaves_the_rest(
+    client: JobClient, storage: MemoryStorage, clock: FakeClock, settings: RuntimeSettings
+) -> None:
+    jobs.record.enqueue("old")
+    request = ClaimRequest(
+        worker_id="w", queues=frozenset({"default"}), max_count=1, lease=settings.lease
+    )
+    (job,) = storage.claim(request)
+    assert storage.apply(outcomes.succeeded(job, "old", clock=clock, config=settings))
+    client.upsert_recurring("each-minute", jobs.record, cron="* * * * *", args=["tick"])
+    scheduled = jobs.record.schedule("later", delay=timedelta(minutes=1))
+    late = jobs.record.using(expires=timedelta(seconds=30)).enqueue("late")
+    clock.advance(timedelta(days=2))
+    pass_ = Scheduler(storage, clock, settings)
+
+    due_work = pass_.run_once(housekeeping=False)
+
+    assert (due_work.fired, due_work.activated) == (1, 1)
+    assert (due_work.expired, due_work.purged) == (0, 0)
+    assert stored(storage, scheduled).state is JobState.ENQUEUED
+    assert stored(storage, late).state is JobState.ENQUEUED  # not claimable, not yet ended
+    housekeeping = pass_.run_once()
+    assert (housekeeping.fired, housekeeping.expired, housekeeping.purged) == (0, 1, 1)
+    assert stored(storage, late).state is JobState.CANCELLED
+
+
+def test_housekeeping_is_due_at_most_once_per_interval() -> None:
+    interval = timedelta(seconds=1)
+    assert housekeeping_due(None, START, interval)
+    assert not housekeeping_due(START, START, interval)
+    assert not housekeeping_due(START, START + interval / 2, interval)
+    assert housekeeping_due(START, START + interval, interval)
+    assert housekeeping_due(START, START - interval / 2, interval)  # the clock moved back
 
 
 def test_run_makes_passes_until_asked_to_stop(
