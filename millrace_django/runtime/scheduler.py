@@ -316,23 +316,27 @@ class Scheduler:
     def run(self) -> None:
         """Passes until :meth:`request_stop`, each when the next job or cron occurrence
         is due (see :func:`pause`) and at least every ``scheduler_interval``, the
-        housekeeping in a pass at most once per interval; the sleep is measured on the
+        housekeeping in the first pass of each interval; the sleep is measured on the
         injected clock and slept in real time."""
         interval = self._config.scheduler_interval
         logger.info("scheduler started: a pass when work is due, at least every %s", interval)
         woken_early = False
         housekept: datetime | None = None
         while not self._stop.is_set():
-            now = self._clock.now()
-            housekeeping = housekeeping_due(housekept, now, interval)
-            if housekeeping:
-                housekept = now
+            started = self._clock.now()
+            housekeeping = housekeeping_due(housekept, started, interval)
+            housekept = started if housekeeping or housekept is None else housekept
             try:
                 done = self.run_once(housekeeping=housekeeping)
             except Exception:  # the hooks failed; the steps guard themselves
                 logger.exception("scheduler pass failed; the next pass retries")
                 done = SchedulerPass()
-            sleep = pause(self._clock.now(), done, interval, woken_early=woken_early)
+            now = self._clock.now()
+            # Never past the next housekeeping: it comes once per interval, not two.
+            sleep = min(
+                pause(now, done, interval, woken_early=woken_early),
+                max(housekept + interval - now, timedelta(0)),
+            )
             woken_early = sleep < interval
             self._stop.wait(sleep.total_seconds())
         logger.info("scheduler stopped")

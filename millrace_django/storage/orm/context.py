@@ -111,7 +111,9 @@ class HotPath(Protocol):
         such statement here (the portable path then runs)."""
         ...
 
-    def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool: ...
+    def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool:
+        """Whether :meth:`fire` of ``job`` is one statement (see ``Transactions.write``)."""
+        ...
 
     def fire(
         self,

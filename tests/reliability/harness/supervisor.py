@@ -144,10 +144,16 @@ class Supervisor:
         killed one. (A kill sent to a process already dead and not yet replaced would
         reach nothing, and the restart it expects would never come.)"""
         with self._lock:
-            if not self._slots[name].process.running():
-                raise AssertionError(f"{self._slots[name].process} has already exited")
+            slot = self._slots[name]
+            if slot.retired or not slot.process.running():
+                raise AssertionError(f"{slot.process} is retired or has already exited")
             victim = self.send(name, signal.SIGKILL)
-        wait_until(lambda: self._slots[name].process is not victim, timeout, f"{victim} replaced")
+
+        def replaced() -> bool:
+            return slot.process is not victim or name in self._given_up
+
+        wait_until(replaced, timeout, f"{victim} replaced")
+        self.check()  # the restart budget was spent: say so, with the logs
         return victim
 
     def retire(self, name: str) -> ManagePy:

@@ -1,8 +1,9 @@
 """PostgreSQL's hot path: one statement, one round trip, per batch claim, batch
 acknowledgement (which also wakes continuations and announces them) and enqueue (which
-also announces what it enqueued), and the reads the worker makes with a claim (the
-instances of its workflow steps); what each call sends (:mod:`.statements`, through
-:mod:`.session`) and reads back."""
+also announces what it enqueued), the reads the worker makes with a claim (the
+instances of its workflow steps) and each step of the scheduler's due work (reading due
+definitions, a fire, activation, the next due time); what each call sends
+(:mod:`.statements`, through :mod:`.session`) and reads back."""
 
 from __future__ import annotations
 
@@ -351,20 +352,36 @@ class PostgresHotPath:
                 effective[position] = effective[first_holder[active_scope(job) or ""]]
         return [job_id for job_id in effective if job_id is not None]
 
-    # -- recurring fires --------------------------------------------------------------
+    def _copy(
+        self,
+        ctx: OrmContext,
+        connection: BaseDatabaseWrapper,
+        channel: str,
+        jobs: Sequence[JobRecord],
+    ) -> None:
+        queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
+        with connection.cursor() as cursor:
+            # First, so that it also carries the transaction's statement timeout.
+            cursor.execute(NOTIFY, [channel, quoted_array(queues)])
+            with connection.wrap_database_errors, cursor.cursor.copy(COPY) as copy:
+                for chunk in batched(copy_lines(jobs, ctx.track_scope), _COPY_CHUNK):
+                    copy.write("".join(chunk))
 
     # -- the scheduler's due work ------------------------------------------------------
 
     def activate(self, ctx: OrmContext, now: datetime, limit: int) -> int:
+        """Announced in the statement, if the storage announces."""
         params = {"now": now, "limit": limit, "channel": ctx.notify_channel or ""}
         ((activated, _),) = self._driver.run(connections[ctx.alias], ACTIVATE, params)
         return int(activated)
 
     def due_heads(self, ctx: OrmContext, after: datetime) -> list[datetime | None]:
+        """Both heads in one statement (two index probes)."""
         ((jobs, recurring),) = self._driver.run(connections[ctx.alias], DUE_HEADS, {"after": after})
         return [jobs, recurring]
 
     def due_recurring(self, ctx: OrmContext, now: datetime, limit: int) -> list[RecurringRecord]:
+        """Read with the overlap test, as the fire will apply it."""
         params = {"now": now, "limit": limit}
         rows = self._driver.run(connections[ctx.alias], DUE_RECURRING, params)
         return [_recurring_of(row) for row in rows]
@@ -406,18 +423,3 @@ class PostgresHotPath:
             return bool(self._driver.run(connection, fire_statement(connection), params))
         except IntegrityError as error:
             raise _insert_error(error, [job]) from error
-
-    def _copy(
-        self,
-        ctx: OrmContext,
-        connection: BaseDatabaseWrapper,
-        channel: str,
-        jobs: Sequence[JobRecord],
-    ) -> None:
-        queues = sorted({job.queue for job in jobs if job.state is JobState.ENQUEUED})
-        with connection.cursor() as cursor:
-            # First, so that it also carries the transaction's statement timeout.
-            cursor.execute(NOTIFY, [channel, quoted_array(queues)])
-            with connection.wrap_database_errors, cursor.cursor.copy(COPY) as copy:
-                for chunk in batched(copy_lines(jobs, ctx.track_scope), _COPY_CHUNK):
-                    copy.write("".join(chunk))

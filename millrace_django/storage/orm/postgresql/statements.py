@@ -1,9 +1,11 @@
 """The hot statements' SQL text, in one place: the claim, the acknowledgement and the
-continuations it wakes, workflow steps' checkpoints, taking bookmarks, and the enqueue
-(an ``INSERT`` of JSON rows, or ``COPY``). Table and column names come from the models,
-so the SQL follows the schema."""
+continuations it wakes, workflow steps' checkpoints, taking bookmarks, the enqueue (an
+``INSERT`` of JSON rows, or ``COPY``) and the scheduler's due work. Table and column
+names come from the models, so the SQL follows the schema."""
 
 from __future__ import annotations
+
+from functools import cache
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -478,12 +480,11 @@ WITH fired AS (
 )
 SELECT pg_notify(%(channel)s, queue) FROM inserted
 """
-_FIRES: list[Statement] = []
-
 # The recurring definitions due at a time, in due order (job_storage.get_due_recurring):
 # enabled, their next fire time come, but for those whose overlap "queue" holds the
 # occurrence back (the job of their last fire still active: one probe of the uuid index).
 RECURRING_COLUMNS = [f.attname for f in Recurring._meta.concrete_fields]
+assert all(f.attname == f.column for f in Recurring._meta.concrete_fields), "a column was renamed"
 DUE_RECURRING = Statement(
     "due_recurring",
     f"""
@@ -497,18 +498,19 @@ ORDER BY r.next_fire_time, r.id LIMIT %(limit)s""",
 )
 
 
-def fire_statement(connection: BaseDatabaseWrapper) -> Statement:
-    """The one-statement fire (column types as :func:`insert_statement` has them)."""
-    if not _FIRES:
-        sql = _FIRE.format(
+@cache
+def _fire(typed: str) -> Statement:
+    return Statement(
+        "fire",
+        _FIRE.format(
             recurring=_RECURRING,
             jobs=_JOBS,
             columns=_INSERTED_COLUMNS,
-            typed=_typed(connection),
+            typed=typed,
             allow=OverlapPolicy.ALLOW.value,
             active=_ACTIVE,
-        )
-        parameters = {
+        ),
+        {
             "following": "timestamptz",
             "job": "uuid",
             "now": "timestamptz",
@@ -516,9 +518,13 @@ def fire_statement(connection: BaseDatabaseWrapper) -> Statement:
             "expected": "timestamptz",
             "rows": "text",
             "channel": "text",
-        }
-        _FIRES.append(Statement("fire", sql, parameters))
-    return _FIRES[0]
+        },
+    )
+
+
+def fire_statement(connection: BaseDatabaseWrapper) -> Statement:
+    """The one-statement fire (column types as :func:`insert_statement` has them)."""
+    return _fire(_typed(connection))
 
 
 # -- the scheduler's due work ----------------------------------------------------------
