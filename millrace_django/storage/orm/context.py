@@ -45,6 +45,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class Occurrence:
+    """A recurring definition's occurrence to fire: ``recurring_id`` due at ``expected``,
+    moved on to ``next_fire_time``, with ``job`` its job."""
+
+    recurring_id: str
+    expected: datetime
+    next_fire_time: datetime
+    job: JobRecord
+
+
+@dataclass(frozen=True, slots=True)
 class Chain:
     """The steps of one instance acknowledged together, in order, each expecting the
     revision the one before it leaves (siblings the worker re-planned one onto another):
@@ -112,20 +123,14 @@ class HotPath(Protocol):
         ...
 
     def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool:
-        """Whether :meth:`fire` of ``job`` is one statement (see ``Transactions.write``)."""
+        """Whether :meth:`fire` of an occurrence of ``job`` is one statement (see
+        ``Transactions.write``)."""
         ...
 
-    def fire(
-        self,
-        ctx: OrmContext,
-        recurring_id: str,
-        expected: datetime,
-        next_fire_time: datetime,
-        job: JobRecord,
-    ) -> bool:
-        """Fire recurring ``recurring_id`` due at ``expected`` if it still is and its
-        overlap policy allows it now: move it to ``next_fire_time`` and insert ``job``
-        (announced); whether it fired. A refusal changes nothing (see
+    def fire(self, ctx: OrmContext, occurrence: Occurrence) -> bool:
+        """Fire ``occurrence`` if its definition is still due at it and its overlap
+        policy allows it now: move the definition on and insert the job (announced);
+        whether it fired. A refusal changes nothing (see
         ``JobStorage.try_fire_recurring`` for what it may mean)."""
         ...
 

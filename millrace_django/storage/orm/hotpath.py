@@ -26,7 +26,7 @@ from millrace_django.contract import (
 from millrace_django.models import Job
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import history, queries, tallies
-from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.context import Chain, Occurrence, OrmContext
 from millrace_django.storage.orm.continuations import activate_continuations
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.limits import pick_limited
@@ -71,30 +71,26 @@ class OrmHotPath:
     def fire_is_one_statement(self, ctx: OrmContext, job: JobRecord) -> bool:
         return False
 
-    def fire(
-        self,
-        ctx: OrmContext,
-        recurring_id: str,
-        expected: datetime,
-        next_fire_time: datetime,
-        job: JobRecord,
-    ) -> bool:
+    def fire(self, ctx: OrmContext, occurrence: Occurrence) -> bool:
         """A compare-and-set ``UPDATE`` whose condition includes the overlap test, then
         the insert of ``job`` if it took."""
         fired = (
             ctx.recurring()
             .filter(
-                queries.may_fire(ctx.jobs()), id=recurring_id, enabled=True, next_fire_time=expected
+                queries.may_fire(ctx.jobs()),
+                id=occurrence.recurring_id,
+                enabled=True,
+                next_fire_time=occurrence.expected,
             )
             .update(
-                next_fire_time=next_fire_time,
-                last_fire_time=expected,
-                fired_job_id=job.id,
+                next_fire_time=occurrence.next_fire_time,
+                last_fire_time=occurrence.expected,
+                fired_job_id=occurrence.job.id,
                 updated_at=ctx.clock.now(),
             )
         )
         if fired:
-            insert_jobs(ctx, [job])
+            insert_jobs(ctx, [occurrence.job])
         return bool(fired)
 
     def claim(self, ctx: OrmContext, request: ClaimRequest) -> list[JobRecord]:

@@ -34,7 +34,7 @@ from millrace_django.errors import StorageError
 from millrace_django.models import JOB_STATES, JobLog, job_codes
 from millrace_django.models import JobStateCode as Code
 from millrace_django.storage.orm import queries, steps, tags, tallies
-from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.context import Chain, Occurrence, OrmContext
 from millrace_django.storage.orm.continuations import cancel_awaiting_closure
 from millrace_django.storage.orm.inserts import insert_jobs
 from millrace_django.storage.orm.rows import (
@@ -564,9 +564,10 @@ class OrmJobs:
         first (again, if it was tried alone). A concurrent fire can only make those
         report ``LOST``: the compare-and-set serializes every fire of a definition."""
         hot_path = self._ctx.hot_path
+        occurrence = Occurrence(recurring_id, expected, next_fire_time, job)
 
         def fire() -> bool:
-            return hot_path.fire(self._ctx, recurring_id, expected, next_fire_time, job)
+            return hot_path.fire(self._ctx, occurrence)
 
         if hot_path.fire_is_one_statement(self._ctx, job) and self._ctx.tx.write(
             fire, one_statement=True

@@ -33,7 +33,7 @@ from millrace_django.contract import (
 from millrace_django.errors import DuplicateJobId
 from millrace_django.models import INSTANCE_STATE_CODES, INSTANCE_STATES, Recurring
 from millrace_django.storage.orm import tallies
-from millrace_django.storage.orm.context import Chain, OrmContext
+from millrace_django.storage.orm.context import Chain, Occurrence, OrmContext
 from millrace_django.storage.orm.hotpath import OrmHotPath, claim_limited
 from millrace_django.storage.orm.inserts import meets_holders
 from millrace_django.storage.orm.postgresql.copy_format import copy_lines
@@ -397,25 +397,19 @@ class PostgresHotPath:
             and not meets_holders([job])
         )
 
-    def fire(
-        self,
-        ctx: OrmContext,
-        recurring_id: str,
-        expected: datetime,
-        next_fire_time: datetime,
-        job: JobRecord,
-    ) -> bool:
+    def fire(self, ctx: OrmContext, occurrence: Occurrence) -> bool:
         """The compare-and-set, the insert and its announcement in one statement."""
         channel = ctx.notify_channel
+        job = occurrence.job
         if channel is None or not self.fire_is_one_statement(ctx, job):
-            return OrmHotPath().fire(ctx, recurring_id, expected, next_fire_time, job)
+            return OrmHotPath().fire(ctx, occurrence)
         connection = connections[ctx.alias]
         params = {
-            "following": next_fire_time,
+            "following": occurrence.next_fire_time,
             "job": job.id,
             "now": ctx.clock.now(),
-            "id": recurring_id,
-            "expected": expected,
+            "id": occurrence.recurring_id,
+            "expected": occurrence.expected,
             "rows": encode_rows([_json_row(ctx, job)]),
             "channel": channel,
         }
