@@ -73,7 +73,7 @@ class OrmHotPath:
 
     def fire(self, ctx: OrmContext, occurrence: Occurrence) -> bool:
         """A compare-and-set ``UPDATE`` whose condition includes the overlap test, then
-        the insert of ``job`` if it took."""
+        the insert of the occurrence's job if it took."""
         fired = (
             ctx.recurring()
             .filter(
