@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE := testproject.settings
 
-.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers bench-workflows bench-soak clean
+.PHONY: demo test system-deps chromium-deps lint typecheck layers facts facts-check migrations-check unit reliability bench bench-peers bench-workflows bench-soak bench-cron clean
 
 demo: $(PY)
 	@bash scripts/demo.sh
@@ -72,6 +72,10 @@ bench-workflows: system-deps $(PY)
 # throughput, pickup p99 and table sizes (docs/benchmarks.md). SOAK_ARGS="--minutes 15".
 bench-soak: system-deps $(PY)
 	@$(DURABLE_DB) $(PY) bench/soak.py $(SOAK_ARGS)
+
+# How late cron fires (forced due times, many fires a minute); BENCH_ARGS=--fires 2 to try it.
+bench-cron: system-deps $(PY)
+	@$(DURABLE_DB) $(PY) bench/cron_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .tmp db.sqlite3
