@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per configuration (2)")
     parser.add_argument("--configs", default="default,best", help="peer configurations")
     options = parser.parse_args()
+    os.chdir(BENCH)  # ``python -m django`` puts its directory first: this checkout's code
     url = server_url()
     name = f"millrace_cron_{os.getpid()}"
     recreate_database(url, name, create=True)
