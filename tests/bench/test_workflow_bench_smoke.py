@@ -6,14 +6,12 @@ machine decides them); that every instance completed is, being a count."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.bench_run import run_bench
+
 WORKLOADS = {
     "linear": "linear, 3 steps",
     "fan_out": "fan-out of 10",
@@ -28,15 +26,9 @@ SIZE_OF = {"signal_batched": "signal"}
 def test_the_quick_workflow_bench_completes_every_instance_of_every_workload(
     tmp_path: Path,
 ) -> None:
-    if not os.environ.get("MILLRACE_TEST_POSTGRES_URL"):
-        if os.environ.get("CI"):
-            pytest.fail("MILLRACE_TEST_POSTGRES_URL is not set (CI must run against it)")
-        pytest.skip("MILLRACE_TEST_POSTGRES_URL is not set (scripts/testdb.sh starts one)")
     output = tmp_path / "workflows.json"
-    command = [sys.executable, "bench/workflow_bench.py", "--quick", "--systems", "millrace"]
-    command += ["--json", str(output)]
-    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert run.returncode == 0, run.stdout[-2_000:] + run.stderr[-3_000:]
+    command = ["bench/workflow_bench.py", "--quick", "--systems", "millrace"]
+    stdout = run_bench([*command, "--json", str(output)], timeout=240)
     figures = json.loads(output.read_text())
     [row] = figures["plain_vs_workflow"]
     assert row["completed"] == row["instances"] and not row["workflow_capped"], row
@@ -50,6 +42,6 @@ def test_the_quick_workflow_bench_completes_every_instance_of_every_workload(
         expected = peers["sizes"][SIZE_OF.get(workload, workload)]
         assert value["done"] == value["instances"] == expected, (workload, value)
         assert not value["capped"] and value["rate"] > 0, (workload, value)
-    rows = [line for line in run.stdout.splitlines() if line.startswith("| ")]
+    rows = [line for line in stdout.splitlines() if line.startswith("| ")]
     for title in WORKLOADS.values():
         assert any(line.startswith(f"| {title}") and "| Millrace |" in line for line in rows)
