@@ -1,8 +1,9 @@
 """Peer benchmark: Millrace beside procrastinate, django-tasks-db, pgqueuer, Celery (on a
-local Redis) and a raw-SQL bound, on one PostgreSQL server (see bench/README.md).
+local Redis, with and without persistence) and a raw-SQL bound, on one PostgreSQL server
+(see bench/README.md).
 
 Installs the peers into their own virtualenv (.tmp/bench-peers/venv), starts a Redis
-server for Celery, gives each system a database of its own on the server named by
+server for each Celery system, gives each system a database of its own on the server named by
 ``MILLRACE_TEST_POSTGRES_URL``, then runs the same workloads against each through its
 driver in bench/peers/ (a subprocess: the project never imports a peer): enqueue one job
 per call and in batches, drain a backlog of no-op and of 10 ms jobs with 1 and 4 worker
@@ -46,13 +47,22 @@ WORK = REPO / ".tmp" / "bench-peers"
 PEER_VENV = WORK / "venv"
 PEER_PYTHON = PEER_VENV / "bin" / "python"
 
-SYSTEMS = ("millrace", "procrastinate", "tasksdb", "pgqueuer", "celery", "rawsql")
+SYSTEMS = (
+    "millrace",
+    "procrastinate",
+    "tasksdb",
+    "pgqueuer",
+    "celery",
+    "celery_durable",
+    "rawsql",
+)
 LABELS = {
     "millrace": "Millrace",
     "procrastinate": "procrastinate",
     "tasksdb": "django-tasks-db",
     "pgqueuer": "pgqueuer",
     "celery": "Celery + Redis",
+    "celery_durable": "Celery + durable Redis",
     "rawsql": "raw SQL bound",
 }
 COMMON_REQUIREMENTS = ("Django>=6.1,<6.2", "psycopg[binary]")
@@ -61,9 +71,15 @@ REQUIREMENTS = {
     "tasksdb": ("django-tasks-db",),
     "pgqueuer": ("pgqueuer", "asyncpg"),
     "celery": ("celery[redis]",),
+    "celery_durable": ("celery[redis]",),
     "rawsql": (),
 }
 """What each peer needs in the peers' virtualenv (Millrace runs in the project's)."""
+REDIS_BROKERS = {"celery": False, "celery_durable": True}
+"""The systems on a Redis of their own, and whether it is durable: one that makes every
+write durable before it answers, as PostgreSQL's defaults make every commit (an
+append-only file, fsynced on every write: ``appendfsync always``), or one without
+persistence."""
 INSTALL_SECONDS = 600
 PROCESS_COUNTS = (1, 4)
 DASH = "\u2013"
@@ -221,10 +237,12 @@ def ensure_redis() -> str:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A throwaway Redis on a free loopback port, no persistence; stopped at exit."""
+def redis_server(*, durable: bool) -> Iterator[str]:
+    """A throwaway Redis on a free loopback port, stopped at exit: without persistence,
+    or ``durable``, with an append-only file fsynced before each write is answered."""
     binary = ensure_redis()
     port = free_port()
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if durable else []
     with tempfile.TemporaryDirectory(dir=WORK) as directory:
         process = subprocess.Popen(
             [
@@ -239,6 +257,7 @@ def redis_server() -> Iterator[str]:
                 "",
                 "--appendonly",
                 "no",
+                *persistence,
                 "--daemonize",
                 "no",
             ],
@@ -314,19 +333,20 @@ def describe_machine(url: str) -> dict[str, Any]:
 class Drivers:
     """Runs ``python -m PACKAGE SYSTEM COMMAND`` with the right interpreter and settings:
     the project's for Millrace, ``peer_python`` for the others (``PACKAGE`` is ``peers``
-    here, ``workflow_peers`` for workflow_bench.py)."""
+    here, ``workflow_peers`` for workflow_bench.py); ``redis_urls`` names each Celery
+    system's broker."""
 
     def __init__(
         self,
         report: Report,
-        redis_url: str,
+        redis_urls: Mapping[str, str],
         log_dir: Path,
         *,
         package: str = "peers",
         peer_python: Path = PEER_PYTHON,
     ) -> None:
         self.report = report
-        self.redis_url = redis_url
+        self.redis_urls = redis_urls
         self.log_dir = log_dir
         self.package = package
         self.peer_python = peer_python
@@ -347,7 +367,7 @@ class Drivers:
             "PYTHONPATH": path,
             "PEER_SYSTEM": system,
             "PEER_DB_URL": database or self.report.systems[system].database_url,
-            "PEER_REDIS_URL": self.redis_url,
+            "PEER_REDIS_URL": self.redis_urls.get(system, ""),
             "PEER_TMP": str(self.log_dir),
             "DJANGO_SETTINGS_MODULE": "peers.django_settings",
         }
@@ -720,13 +740,14 @@ def main() -> None:
     names = {s: f"peer_{s}_{os.getpid()}" for s in systems}
     stack = contextlib.ExitStack()
     with stack:
-        redis_url = ""
-        if "celery" in systems and not report.systems["celery"].error:
-            try:
-                redis_url = stack.enter_context(redis_server())
-            except PeerFailure as error:
-                report.systems["celery"].error = str(error)
-        drivers = Drivers(report, redis_url, log_dir)
+        redis_urls: dict[str, str] = {}
+        for system, durable in REDIS_BROKERS.items():
+            if system in systems and not report.systems[system].error:
+                try:
+                    redis_urls[system] = stack.enter_context(redis_server(durable=durable))
+                except PeerFailure as error:
+                    report.systems[system].error = str(error)
+        drivers = Drivers(report, redis_urls, log_dir)
         for system in systems:
             recreate_database(url, names[system], create=True)
             stack.callback(recreate_database, url, names[system], create=False)

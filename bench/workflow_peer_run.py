@@ -83,7 +83,7 @@ def run_peers(sizes: PeerSizes, systems: list[str]) -> Report:
     for system, error in installed.items():
         report.systems[system].error = error
     drivers = Drivers(
-        report, "", log_dir, package="workflow_peers", peer_python=VENV / "bin" / "python"
+        report, {}, log_dir, package="workflow_peers", peer_python=VENV / "bin" / "python"
     )
     with contextlib.ExitStack() as stack:
         for system in systems:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Collection
 from datetime import timedelta
 
@@ -106,6 +107,9 @@ class Wakeup:
             while not self._closed.is_set():
                 if subscription.wait(LISTEN_SLICE):
                     self._event.set()
+                    # Let the woken claim loop take the interpreter before this thread
+                    # goes back to waiting: the claim is what the hint is for.
+                    time.sleep(0)
         except Exception:
             logger.warning("the wake-up notifier stopped; polling only", exc_info=True)
         finally:

@@ -137,6 +137,8 @@ class PostgresSubscription:
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
         self._connection: Any = None
+        self._selector: selectors.BaseSelector | None = None
+        self._payloads: frozenset[bytes] = frozenset()
         self._failures = 0
         self._retry_at = 0.0
         self._missed = False
@@ -198,7 +200,8 @@ class PostgresSubscription:
                     return True
                 if remaining <= 0:
                     return False
-                readable = _readable([connection.fileno(), self._wake_read], remaining)
+                assert self._selector is not None  # made with the connection
+                readable = [key.fd for key, _ in self._selector.select(remaining)]
             except Exception as error:
                 self._lost(error)
                 continue
@@ -206,9 +209,17 @@ class PostgresSubscription:
                 return False
 
     def _drain(self, connection: Any) -> bool:
-        """Read every notification already received; whether one is for our queues."""
-        payloads = [n.payload for n in connection.notifies(timeout=0)]
-        return not self.queues.isdisjoint(payloads)
+        """Read every notification already received; whether one is for our queues.
+
+        Read from libpq directly, without the driver's generator and lock: this runs
+        between a hint's arrival and the worker's claim, and nothing else uses this
+        connection once it listens."""
+        pgconn = connection.pgconn
+        pgconn.consume_input()
+        woken = False
+        while (notification := pgconn.notifies()) is not None:
+            woken = woken or notification.extra in self._payloads
+        return woken
 
     def _pause(self, seconds: float) -> bool:
         """Sleep ``seconds`` unless closed meanwhile; whether closed."""
@@ -233,6 +244,11 @@ class PostgresSubscription:
             logger.info("wake-up listener reconnected after %d failures", self._failures)
             self._missed = True
         self._failures = 0
+        # Payloads as libpq hands them over; one selector for the connection's life.
+        self._payloads = frozenset(q.encode(connection.info.encoding) for q in self.queues)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(connection.fileno(), selectors.EVENT_READ)
+        self._selector.register(self._wake_read, selectors.EVENT_READ)
         self._connection = connection
 
     def _failed(self, error: Exception) -> None:
@@ -249,6 +265,9 @@ class PostgresSubscription:
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
+        selector, self._selector = self._selector, None
+        if selector is not None:
+            selector.close()
         if connection is not None:
             try:
                 connection.close()
