@@ -118,6 +118,21 @@ def test_a_listener_is_woken_by_an_enqueue_committed_on_another_connection(
     assert listener.wait(HINT_SECONDS)
 
 
+def test_a_listener_of_a_queue_named_beyond_ascii_is_woken(
+    storage: DjangoStorage, clock: FakeClock
+) -> None:
+    """The listener matches payloads as libpq hands them over: bytes, in the session's
+    encoding."""
+    queue = "größe-ü-队列"
+    subscription = storage.listen({queue})
+    try:
+        in_thread(ALIAS, lambda: storage.enqueue([make_job(clock, queue=queue)]))
+
+        assert subscription.wait(HINT_SECONDS)
+    finally:
+        subscription.close()
+
+
 def test_hints_for_a_burst_of_enqueues_coalesce(
     storage: DjangoStorage, listener: PostgresSubscription, clock: FakeClock, channel: Channel
 ) -> None:
