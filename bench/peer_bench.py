@@ -242,7 +242,6 @@ def redis_server(*, durable: bool) -> Iterator[str]:
     or ``durable``, with an append-only file fsynced before each write is answered."""
     binary = ensure_redis()
     port = free_port()
-    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if durable else []
     with tempfile.TemporaryDirectory(dir=WORK) as directory:
         process = subprocess.Popen(
             [
@@ -256,8 +255,9 @@ def redis_server(*, durable: bool) -> Iterator[str]:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
-                *persistence,
+                "yes" if durable else "no",
+                "--appendfsync",  # how often the append-only file is synced, if kept
+                "always",
                 "--daemonize",
                 "no",
             ],

@@ -107,7 +107,7 @@ class Wakeup:
             while not self._closed.is_set():
                 if subscription.wait(LISTEN_SLICE):
                     self._event.set()
-                    # Let the woken claim loop take the interpreter before this thread
+                    # Offer the interpreter to the woken claim loop before this thread
                     # goes back to waiting: the claim is what the hint is for.
                     time.sleep(0)
         except Exception:

@@ -118,17 +118,19 @@ def test_a_listener_is_woken_by_an_enqueue_committed_on_another_connection(
     assert listener.wait(HINT_SECONDS)
 
 
-def test_a_listener_of_a_queue_named_beyond_ascii_is_woken(
-    storage: DjangoStorage, clock: FakeClock
+def test_a_listener_of_a_queue_named_beyond_ascii_hears_its_queue_only(
+    storage: DjangoStorage, listener: PostgresSubscription, clock: FakeClock
 ) -> None:
     """The listener matches payloads as libpq hands them over: bytes, in the session's
     encoding."""
     queue = "größe-ü-队列"
     subscription = storage.listen({queue})
+    assert isinstance(subscription, PostgresSubscription)
     try:
         in_thread(ALIAS, lambda: storage.enqueue([make_job(clock, queue=queue)]))
 
         assert subscription.wait(HINT_SECONDS)
+        assert not listener.wait(QUIET_SECONDS), "a hint for another queue woke 'q'"
     finally:
         subscription.close()
 

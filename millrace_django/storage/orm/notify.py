@@ -212,8 +212,10 @@ class PostgresSubscription:
         """Read every notification already received; whether one is for our queues.
 
         Read from libpq directly, without the driver's generator and lock: this runs
-        between a hint's arrival and the worker's claim, and nothing else uses this
-        connection once it listens."""
+        between a hint's arrival and the worker's claim, and once it listens, nothing
+        else reads from this connection (what the driver buffered while ``LISTEN`` ran
+        is taken in :meth:`_connect`). Payloads are compared as libpq hands them over,
+        bytes in the session's encoding."""
         pgconn = connection.pgconn
         pgconn.consume_input()
         woken = False
@@ -234,21 +236,29 @@ class PostgresSubscription:
         except Exception as error:
             self._failed(error)
             return
+        selector: selectors.BaseSelector | None = None
         try:
             connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            # What the driver read while LISTEN ran waits in its own backlog, which the
+            # direct reads of _drain never see: taken here, once.
+            payloads = [n.payload for n in connection.notifies(timeout=0)]
+            selector = selectors.DefaultSelector()
+            selector.register(connection.fileno(), selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
         except Exception as error:
+            if selector is not None:
+                selector.close()
             connection.close()
             self._failed(error)
             return
+        heard = not self.queues.isdisjoint(payloads)
         if self._failures:
             logger.info("wake-up listener reconnected after %d failures", self._failures)
-            self._missed = True
+            heard = True  # hints sent while it was away are lost
+        self._missed = self._missed or heard
         self._failures = 0
-        # Payloads as libpq hands them over; one selector for the connection's life.
         self._payloads = frozenset(q.encode(connection.info.encoding) for q in self.queues)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(connection.fileno(), selectors.EVENT_READ)
-        self._selector.register(self._wake_read, selectors.EVENT_READ)
+        self._selector = selector  # one for the connection's life, not one per wait
         self._connection = connection
 
     def _failed(self, error: Exception) -> None:
